@@ -1,0 +1,265 @@
+"""Shared helpers for the BRC scenario scripts.
+
+The scripts in this directory are run *by the interpreter under test* (any
+CPython >= 3.8, GIL or free-threaded, stdlib only) and print exactly one JSON
+line on stdout.  They measure; they do not judge -- tests/test_scenarios.py
+holds the expected outcome per interpreter flavour.
+
+Vocabulary used by every scenario:
+
+owner    the thread that creates the payload objects (and therefore owns them
+         in the free-threaded build's biased reference counting).
+dropper  another thread, which drops the last reference while the owner is
+         blocked (detached) in some system call.
+
+A tracked object counts as "freed while blocked" when its weakref.finalize
+callback ran in a thread other than the owner.  With GC disabled, a stock
+free-threaded build can only free such an object from the owner thread (when
+it merges its BRC queue after waking), so a finaliser running elsewhere means
+the memory was released without waiting for the owner.  After measuring, the
+harness checks that the owner is still blocked, so the measurement really was
+taken while the owner was blocked.
+"""
+
+import gc
+import json
+import mmap
+import os
+import sys
+import threading
+import time
+import weakref
+
+MiB = 1 << 20
+PAGE = mmap.PAGESIZE
+PAYLOAD_SIZE = 64 * MiB
+N_PAYLOADS = 2
+
+# How long to wait for "the owner is blocked" / "everything got freed after
+# the owner woke".  Generous: these are only reached when something is wrong.
+BLOCK_TIMEOUT = 30.0
+WAKE_TIMEOUT = 30.0
+# The owner must be seen sleeping in the kernel for this long without
+# interruption before we believe it is parked (and not just passing through).
+SETTLE = 0.02
+POLL = 0.001
+
+
+def now():
+    return time.monotonic()
+
+
+# --------------------------------------------------------------------------
+# memory accounting
+
+
+_max_seen = [0]
+
+
+def rss():
+    """Current resident set size of this process, in bytes."""
+    with open("/proc/self/statm") as f:
+        value = int(f.read().split()[1]) * PAGE
+    _max_seen[0] = max(_max_seen[0], value)
+    return value
+
+
+def rss_peak():
+    """Peak resident set size, in bytes: the kernel's VmHWM (which it only
+    updates lazily) or the largest value rss() has seen, whichever is
+    larger."""
+    peak = _max_seen[0]
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                peak = max(peak, int(line.split()[1]) * 1024)
+    return peak
+
+
+def touch(buf):
+    """Write one byte per page so the mapping is really resident."""
+    for off in range(0, len(buf), PAGE):
+        buf[off] = 1
+
+
+# --------------------------------------------------------------------------
+# thread state probe
+
+
+def thread_state(native_id):
+    """Kernel scheduling state of a thread of this process ('R', 'S', ...).
+
+    Returns None if the thread no longer exists.  The state is the first
+    field after the last ')' of /proc/self/task/<tid>/stat (the comm field
+    in parentheses may itself contain spaces or parentheses).
+    """
+    try:
+        with open("/proc/self/task/%d/stat" % native_id) as f:
+            data = f.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return data[data.rindex(")") + 2:].split()[0]
+
+
+def wait_blocked(native_id, timeout=BLOCK_TIMEOUT, settle=SETTLE):
+    """Poll until the thread is sleeping in the kernel ('S') continuously
+    for `settle` seconds.  CPython detaches the thread state before any such
+    sleep (parking-lot futex wait, Py_BEGIN_ALLOW_THREADS around sleep /
+    select / read), so this means the owner is blocked *and* detached -- a
+    lock waiter that is still spinning attached shows up as 'R'.
+
+    Returns the time it took; raises on timeout.
+    """
+    start = now()
+    deadline = start + timeout
+    since = None
+    while True:
+        t = now()
+        state = thread_state(native_id)
+        if state == "S":
+            if since is None:
+                since = t
+            elif t - since >= settle:
+                return t - start
+        else:
+            since = None
+        if t > deadline:
+            raise RuntimeError("thread %d not blocked after %.1fs (state %r)"
+                               % (native_id, timeout, state))
+        time.sleep(POLL)
+
+
+# --------------------------------------------------------------------------
+# payloads and finalisation tracking
+
+
+class Payload:
+    """Small weakref-able wrapper around a big, touched mmap buffer."""
+
+    def __init__(self, index, buf):
+        self.index = index
+        self.buf = buf
+
+
+def anon_buffer(size=PAYLOAD_SIZE, shared=False):
+    flags = mmap.MAP_SHARED if shared else mmap.MAP_PRIVATE
+    buf = mmap.mmap(-1, size, flags=flags)
+    touch(buf)
+    return buf
+
+
+class Tracker:
+    """Records, for every watched object, which thread finalised it."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.expected = 0
+        self.records = []          # (label, thread ident, monotonic time)
+        self.all_freed = threading.Event()
+
+    def watch(self, obj, label):
+        with self._lock:
+            self.expected += 1
+        weakref.finalize(obj, self._freed, label)
+
+    def watch_payload(self, payload):
+        """Track both the wrapper and the buffer it holds."""
+        self.watch(payload, "payload%d" % payload.index)
+        self.watch(payload.buf, "buffer%d" % payload.index)
+
+    def _freed(self, label):
+        with self._lock:
+            self.records.append((label, threading.get_ident(), now()))
+            if len(self.records) >= self.expected:
+                self.all_freed.set()
+
+    def snapshot(self):
+        with self._lock:
+            return list(self.records)
+
+    def freed_count(self):
+        with self._lock:
+            return len(self.records)
+
+
+def new_payload(index, tracker):
+    """Create one tracked payload.  Call it *in the owner thread* and pass the
+    result straight on (e.g. ``box.append(new_payload(i, t))``) so that no
+    local variable of the owner keeps it alive."""
+    payload = Payload(index, anon_buffer())
+    tracker.watch_payload(payload)
+    return payload
+
+
+# --------------------------------------------------------------------------
+# the common measurement protocol
+
+
+def measure(tracker, owner_ident, owner_native_id, owner_awake, deadline,
+            dropped_at):
+    """Called by the dropper right after it dropped its references (at
+    monotonic time `dropped_at`).
+
+    Waits up to `deadline` seconds for everything to be finalised, then
+    records what was freed, by whom and the RSS, and finally re-checks that
+    the owner is still blocked (otherwise the measurement is void).
+    `owner_awake` is a callable returning True once the owner has returned
+    from its blocking call.
+    """
+    tracker.all_freed.wait(max(0.0, dropped_at + deadline - now()))
+    waited = now() - dropped_at
+    records = tracker.snapshot()
+    rss_after_drop = rss()
+    state = thread_state(owner_native_id)
+    blocked = state == "S" and not owner_awake()
+    freed_by_other = [r for r in records if r[1] != owner_ident]
+    return {
+        "freed_while_blocked": len(freed_by_other),
+        "freed_by_owner_before_measure": len(records) - len(freed_by_other),
+        "free_latency_s": (round(max(r[2] for r in freed_by_other)
+                                 - dropped_at, 6)
+                           if freed_by_other else None),
+        "measure_wait_s": round(waited, 4),
+        "rss_after_drop": rss_after_drop,
+        "owner_state_at_measure": state,
+        "owner_blocked_at_measure": blocked,
+    }
+
+
+def after_wake(tracker):
+    """Called after the owner was released (and joined, where possible):
+    everything must eventually be freed -- the objects were held, not
+    leaked."""
+    tracker.all_freed.wait(WAKE_TIMEOUT)
+    return {
+        "freed_after_wake": tracker.freed_count(),
+        "rss_after_wake": rss(),
+    }
+
+
+def interpreter_info():
+    is_gil = getattr(sys, "_is_gil_enabled", None)
+    try:
+        import sysconfig
+        ft_build = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+    except Exception:
+        ft_build = False
+    return {
+        "python": sys.version.split()[0],
+        "free_threaded_build": ft_build,
+        "gil_enabled": is_gil() if is_gil is not None else True,
+        "brc_merge_threshold_env": os.environ.get("PYTHON_BRC_MERGE_THRESHOLD"),
+        "xoptions": {str(k): str(v) for k, v in sys._xoptions.items()},
+    }
+
+
+def setup():
+    """Common process setup: GC would merge BRC queues and mask the bug."""
+    gc.disable()
+
+
+def emit(result):
+    result.update(interpreter_info())
+    result["rss_peak"] = rss_peak()
+    sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
+    sys.stdout.flush()

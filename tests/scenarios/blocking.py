@@ -1,0 +1,197 @@
+"""Owner thread creates big payloads, hands them over and blocks; the main
+thread (the dropper) drops the last references while the owner is blocked and
+reports whether the memory came back.
+
+    python blocking.py --kind {event,condition,sleep,lock,select,queue}
+                       [--deadline SECONDS]
+
+--deadline is how long the dropper waits for the finalisers before it
+measures (it returns early once everything is freed).
+
+Hand-off: for most kinds the owner appends the payloads to a list created by
+the main thread and the main thread clear()s it.  For --kind queue the owner
+put()s them into a queue.Queue, blocks in get() on a second queue, and the
+main thread get()s the payloads and discards them.  Either way the last
+reference was taken by the owner thread and is dropped by the main thread.
+"""
+
+import argparse
+import os
+import queue
+import select
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _harness as h  # noqa: E402
+
+SLEEP = 3.0  # the time.sleep kind's blocking call (not used for sync)
+
+
+class EventKind:
+    def __init__(self):
+        self.event = threading.Event()
+
+    def block(self):
+        self.event.wait()
+
+    def release(self):
+        self.event.set()
+
+
+class ConditionKind:
+    def __init__(self):
+        self.cond = threading.Condition()
+        self.go = False
+
+    def block(self):
+        with self.cond:
+            while not self.go:
+                self.cond.wait()
+
+    def release(self):
+        with self.cond:
+            self.go = True
+            self.cond.notify_all()
+
+
+class SleepKind:
+    """Cannot be interrupted: the owner wakes by itself after SLEEP seconds.
+    The dropper still waits for the /proc probe; the after-wake check happens
+    after joining the owner."""
+
+    def block(self):
+        time.sleep(SLEEP)
+
+    def release(self):
+        pass
+
+
+class LockKind:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.lock.acquire()  # held by the main thread
+
+    def block(self):
+        self.lock.acquire()
+        self.lock.release()
+
+    def release(self):
+        self.lock.release()
+
+
+class SelectKind:
+    def __init__(self):
+        self.r, self.w = os.pipe()
+
+    def block(self):
+        select.select([self.r], [], [])
+        os.read(self.r, 1)
+
+    def release(self):
+        os.write(self.w, b"x")
+
+
+class QueueKind:
+    """Hand-off through a queue.Queue; owner blocks in get() on another."""
+
+    def __init__(self):
+        self.items = queue.Queue()
+        self.back = queue.Queue()
+
+    def sink(self, payload):       # owner side
+        self.items.put(payload)
+
+    def drop(self):                # main thread side
+        for _ in range(h.N_PAYLOADS):
+            self.items.get_nowait()  # result discarded at once
+
+    def block(self):
+        self.back.get()
+
+    def release(self):
+        self.back.put(None)
+
+
+KINDS = {
+    "event": EventKind,
+    "condition": ConditionKind,
+    "sleep": SleepKind,
+    "lock": LockKind,
+    "select": SelectKind,
+    "queue": QueueKind,
+}
+
+
+class ListHandoff:
+    def __init__(self):
+        self.box = []              # created by the main thread
+
+    def sink(self, payload):       # owner: the list's reference is the owner's
+        self.box.append(payload)
+
+    def drop(self):                # main thread drops the last references
+        self.box.clear()
+
+
+def run(kind_name, deadline):
+    h.setup()
+    kind = KINDS[kind_name]()
+    handoff = kind if hasattr(kind, "sink") else ListHandoff()
+    tracker = h.Tracker()
+    handed = threading.Event()
+    awake = threading.Event()
+    mem = {}
+
+    def owner():
+        mem["rss_before"] = h.rss()
+        for i in range(h.N_PAYLOADS):
+            handoff.sink(h.new_payload(i, tracker))
+        mem["rss_after_alloc"] = h.rss()
+        handed.set()
+        kind.block()
+        awake.set()
+
+    t_start = h.now()
+    thread = threading.Thread(target=owner, name="brc-owner", daemon=True)
+    thread.start()
+    if not handed.wait(h.BLOCK_TIMEOUT):
+        raise RuntimeError("owner never handed over its payloads")
+    block_wait = h.wait_blocked(thread.native_id)
+
+    dropped_at = h.now()
+    handoff.drop()
+    result = h.measure(tracker, thread.ident, thread.native_id,
+                       awake.is_set, deadline, dropped_at)
+
+    t_release = h.now()
+    kind.release()
+    thread.join(h.WAKE_TIMEOUT)
+    if thread.is_alive():
+        raise RuntimeError("owner did not finish after release")
+    result.update(h.after_wake(tracker))
+
+    result.update(mem)
+    result.update({
+        "scenario": "blocking",
+        "kind": kind_name,
+        "total": tracker.expected,
+        "deadline_s": deadline,
+        "block_wait_s": round(block_wait, 4),
+        "release_to_wake_s": round(h.now() - t_release, 4),
+        "elapsed_s": round(h.now() - t_start, 4),
+    })
+    return result
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kind", choices=sorted(KINDS), required=True)
+    ap.add_argument("--deadline", type=float, default=5.0)
+    args = ap.parse_args()
+    h.emit(run(args.kind, args.deadline))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+"""Cross-flavour BRC scenarios.
+
+Each scenario script under tests/scenarios/ is run by the interpreter under
+test and prints one JSON line; see tests/scenarios/_harness.py for what the
+fields mean.  In every scenario an owner thread creates two touched 64 MiB
+mmap-backed payloads, hands them to another thread and blocks; the other
+thread waits until the owner is really parked (sleeping in the kernel, hence
+detached), drops the last references and looks whether the objects were
+finalised -- and the memory returned -- while the owner is still blocked.
+
+Expected outcomes (CONFIGS below):
+  gil                              frees    (plain refcounting)
+  ft                               retains  (the BRC bug this project fixes)
+  ft-brc                           frees    (the fix, default threshold 1)
+  ft-brc, threshold 0 (env or -X)  retains  (knob turns the fix off)
+
+"retains" is only claimed for a window of RETAIN_WINDOW seconds while the
+owner is verifiably still blocked; afterwards the owner is released and
+everything must be freed (held, not leaked).  Interpreters that are not
+built yet (dist/<flavour>/bin/python3 missing) are skipped.
+"""
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCENARIO_DIR = ROOT / "tests" / "scenarios"
+
+MiB = 1 << 20
+TIMEOUT = 120            # per subprocess; a scenario normally takes < 4 s
+FREE_DEADLINE = 5.0      # "frees": finalisers must all run within this
+RETAIN_WINDOW = 0.5      # "retains": measured this long after the drop
+FREED_MARGIN = 16 * MiB  # RSS back within this of the pre-allocation baseline
+RETAINED_MIN = 100 * MiB # 2 x 64 MiB payloads still resident
+
+KNOB = "PYTHON_BRC_MERGE_THRESHOLD"
+
+# (flavour, extra env, extra interpreter options, expected outcome)
+CONFIGS = [
+    pytest.param("gil", {}, [], "frees", id="gil"),
+    pytest.param("ft", {}, [], "retains", id="ft"),
+    pytest.param("ft-brc", {}, [], "frees", id="ft-brc"),
+    pytest.param("ft-brc", {KNOB: "1"}, [], "frees", id="ft-brc-env1"),
+    pytest.param("ft-brc", {KNOB: "0"}, [], "retains", id="ft-brc-env0"),
+    pytest.param("ft-brc", {}, ["-X", "brc_merge_threshold=0"], "retains",
+                 id="ft-brc-X0"),
+]
+
+BLOCKING_KINDS = ["event", "condition", "sleep", "lock", "select", "queue"]
+SCENARIOS = [pytest.param(["blocking.py", "--kind", kind], id=kind)
+             for kind in BLOCKING_KINDS]
+SCENARIOS.append(pytest.param(["mp_queue.py"], id="mp-queue"))
+
+
+def interpreter(flavour):
+    python = ROOT / "dist" / flavour / "bin" / "python3"
+    if not python.exists():
+        pytest.skip("%s not built (%s missing)" % (flavour, python))
+    return python
+
+
+def clean_env(extra):
+    # Inherited PYTHON* variables (PYTHON_GIL, PYTHONPATH, the knob, ...)
+    # would change what is measured.  Not -I/-E: they would hide the knob.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env.update(extra)
+    return env
+
+
+def run_scenario(python, script, options, env, deadline):
+    cmd = [str(python), *options, str(SCENARIO_DIR / script[0]), *script[1:],
+           "--deadline", str(deadline)]
+    proc = subprocess.run(cmd, env=clean_env(env), capture_output=True,
+                          text=True, timeout=TIMEOUT, cwd=str(ROOT))
+    assert proc.returncode == 0, (
+        "%s exited %d\nstdout:\n%s\nstderr:\n%s"
+        % (" ".join(cmd), proc.returncode, proc.stdout, proc.stderr))
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 1, "expected one JSON line, got:\n" + proc.stdout
+    return json.loads(lines[0])
+
+
+def mib(n):
+    return "%.1f MiB" % (n / MiB)
+
+
+@pytest.mark.parametrize("script", SCENARIOS)
+@pytest.mark.parametrize("flavour,env,options,expect", CONFIGS)
+def test_scenario(flavour, env, options, expect, script):
+    python = interpreter(flavour)
+    deadline = FREE_DEADLINE if expect == "frees" else RETAIN_WINDOW
+    r = run_scenario(python, script, options, env, deadline)
+    report = json.dumps(r, indent=1, sort_keys=True)
+
+    # the right kind of interpreter, and a measurement that is valid
+    assert r["gil_enabled"] == (flavour == "gil"), report
+    assert r["free_threaded_build"] == (flavour != "gil"), report
+    assert r["total"] == 4, report  # 2 wrappers + 2 buffers
+    assert r["rss_after_alloc"] - r["rss_before"] >= RETAINED_MIN, report
+    assert r["owner_blocked_at_measure"], (
+        "owner was not blocked any more when measured -- void\n" + report)
+
+    held = r["rss_after_drop"] - r["rss_before"]
+    if expect == "frees":
+        assert r["freed_while_blocked"] == r["total"], (
+            "objects not freed while the owner was blocked\n" + report)
+        assert held <= FREED_MARGIN, (
+            "RSS still %s above baseline after the drop\n%s"
+            % (mib(held), report))
+    else:
+        assert r["freed_while_blocked"] == 0, (
+            "objects freed although the owner was blocked\n" + report)
+        assert held >= RETAINED_MIN, (
+            "only %s held while the owner was blocked\n%s"
+            % (mib(held), report))
+
+    # either way: once the owner has woken up, everything is gone
+    assert r["freed_after_wake"] == r["total"], (
+        "objects leaked (not freed even after the owner woke)\n" + report)
+    after = r["rss_after_wake"] - r["rss_before"]
+    assert after <= FREED_MARGIN, (
+        "RSS still %s above baseline after wake\n%s" % (mib(after), report))
