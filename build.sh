@@ -95,30 +95,37 @@ die() {  # die EXIT_CODE MESSAGE... (outside stages)
     exit "$rc"
 }
 # Inside a stage: record a clear error message and fail the stage.
+# The message is shown after the log tail on exit (and then appended to the log).
 stage_fail() {
-    { printf 'error: %s\n' "$1"; shift; [[ $# -eq 0 ]] || printf '%s\n' "$@"; } |
-        tee -a "$CURRENT_ERRFILE" >&2
+    { printf 'error: %s\n' "$1"; shift; [[ $# -eq 0 ]] || printf '%s\n' "$@"; } >>"$CURRENT_ERRFILE"
     exit 1
 }
+note() { STAGE_NOTE=${STAGE_NOTE:+$STAGE_NOTE; }$*; }  # extra text for the status line
 is_true() { [[ ${1:-0} =~ ^(1|yes|true|on)$ ]]; }
 
 on_exit() {
     local rc=$?
     set +e
     if [[ $rc -ne 0 && -n $CURRENT_STAGE ]]; then
-        [[ $QUIET == 1 ]] || printf 'FAILED\n'
+        # We may be exiting from inside a stage whose output goes to its log:
+        # report on the terminal's stdout/stderr saved at startup.
+        [[ $QUIET == 1 ]] || printf 'FAILED\n' >&"$OUT_FD"
         {
             printf '%s %s FAILED; last lines of %s:\n' "$(elapsed)" "$CURRENT_STAGE" "$CURRENT_LOG"
             tail -n 30 "$CURRENT_LOG" | sed 's/^/    | /'
-            if [[ -s $CURRENT_ERRFILE ]]; then sed 's/^/build.sh: /' "$CURRENT_ERRFILE"; fi
+            if [[ -s $CURRENT_ERRFILE ]]; then
+                sed 's/^/build.sh: /' "$CURRENT_ERRFILE"
+                cat "$CURRENT_ERRFILE" >>"$CURRENT_LOG"
+            fi
             printf 'build.sh: stage "%s" failed; full log: %s\n' "$CURRENT_STAGE" "$CURRENT_LOG"
-        } >&2
+        } >&"$ERR_FD"
         rm -f "$CURRENT_ERRFILE"
     fi
     local p
     for p in "${TMP_PATHS[@]}"; do [[ -e $p || -L $p ]] && rm -rf -- "$p"; done
     exit "$rc"
 }
+exec {OUT_FD}>&1 {ERR_FD}>&2
 trap on_exit EXIT
 
 # run_stage NAME FLAVOUR LOGDIR FUNC ARGS...: one status line, full log in LOGDIR/NAME.log.
@@ -332,14 +339,14 @@ use_source_path() {  # use_source_path PATH [version-only]
     if [[ -d $p ]]; then
         SOURCE_TREE=$p
         verify_tree "$p" "${2:-}"
-        STAGE_NOTE="tree $p"
+        note "tree $p"
     elif [[ -f $p ]]; then
         case $p in
             *.tgz|*.tar.gz|*.tar.xz|*.txz) ;;
             *) stage_fail "$p is neither a directory nor a .tgz/.tar.gz/.tar.xz tarball" ;;
         esac
         check_tarball "$p"
-        STAGE_NOTE="tarball $p"
+        note "tarball $p"
         if [[ ${3:-} == id-only ]]; then return; fi
         unpack_tarball "$p"
         local id=$SOURCE_ID
@@ -391,7 +398,7 @@ stage_source() {
     check_tarball "$tmp"
     mv -f "$tmp" "$dl"
     SOURCE_TARBALL=$dl
-    STAGE_NOTE="downloaded $dl"
+    note "downloaded $dl"
 }
 
 # Make sure SOURCE_TREE is set (unpacks a verified tarball if needed).
@@ -494,9 +501,10 @@ ensure_packages() {  # ensure_packages PKG...: install missing Debian packages (
     export DEBIAN_FRONTEND=noninteractive
     apt-get update
     apt-get install -y --no-install-recommends "${missing[@]}"
-    mapfile -t missing < <(missing_packages "$@")
-    [[ ${#missing[@]} -eq 0 ]] || stage_fail "apt-get did not install: ${missing[*]}"
-    STAGE_NOTE="installed ${#missing[@]} package(s)"
+    local still
+    mapfile -t still < <(missing_packages "$@")
+    [[ ${#still[@]} -eq 0 ]] || stage_fail "apt-get did not install: ${still[*]}"
+    note "apt-get installed ${missing[*]}"
 }
 
 stage_deps() { ensure_packages "${BUILD_DEPS[@]}"; }
@@ -540,7 +548,7 @@ apply_series() {  # apply_series DIR
                 "  fix: rebase $p onto CPython $PY_VERSION"
         fi
     done
-    STAGE_NOTE="${#patches[@]} patch(es)"
+    note "${#patches[@]} patch(es)"
 }
 
 stage_patch() {  # stage_patch FLAVOUR
@@ -554,7 +562,7 @@ stage_patch() {  # stage_patch FLAVOUR
     if [[ ${FLAVOUR_PATCHED[$f]} == 1 ]]; then
         apply_series "$b/staging"
     else
-        STAGE_NOTE="unpatched"
+        note "unpatched"
     fi
     command -v rsync >/dev/null || ensure_packages rsync
     # No -t: files whose content is unchanged keep their mtime, so make only
@@ -576,7 +584,7 @@ stage_configure() {  # stage_configure FLAVOUR
     if [[ -f $b/obj/Makefile && -f $b/obj/.brc-merge-configure-key ]] &&
         [[ "$(cat "$b/obj/.brc-merge-configure-key")" == "$key" ]]; then
         echo "configure key unchanged; not re-running configure"
-        STAGE_NOTE="unchanged"
+        note "unchanged, not re-run"
         return
     fi
     if [[ -d $b/obj ]]; then
@@ -633,7 +641,7 @@ stage_smoke() {  # stage_smoke FLAVOUR PREFIX
     done
     if [[ ${#missing[@]} -gt 0 ]]; then
         echo "warning: optional modules not importable: ${missing[*]}"
-        STAGE_NOTE="missing optional: ${missing[*]}"
+        note "optional modules missing: ${missing[*]}"
     fi
 }
 
@@ -740,7 +748,7 @@ stage_update_checksums() {
     fi
     mv -f "$tmp" "$CHECKSUMS_FILE"
     echo "wrote $CHECKSUMS_FILE:"; cat "$CHECKSUMS_FILE"
-    STAGE_NOTE="${#files[@]} file(s) in ${CHECKSUMS_FILE#"$ROOT"/}"
+    note "${#files[@]} file(s) in ${CHECKSUMS_FILE#"$ROOT"/}"
 }
 
 main() {
@@ -771,4 +779,4 @@ main() {
     for f in "${FLAVOURS[@]}"; do build_flavour "$f"; done
 }
 
-main "$@"
+main "$@"; exit

@@ -1,0 +1,26 @@
+"""Shared helpers for the brc-merge test suite (keep this small).
+
+Other test modules may import from here:  from conftest import ROOT, FLAVOURS, dist_python
+"""
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FLAVOURS = ("gil", "ft", "ft-brc")
+
+
+def dist_dir() -> Path:
+    """The dist/ directory build.sh links the flavours into (BRC_MERGE_DIST wins)."""
+    return Path(os.environ.get("BRC_MERGE_DIST") or ROOT / "dist")
+
+
+def dist_python(flavour: str) -> Path:
+    """dist/<flavour>/bin/python3; skips the calling test if that flavour is not built."""
+    if flavour not in FLAVOURS:
+        raise ValueError(f"unknown flavour {flavour!r}; expected one of {FLAVOURS}")
+    py = dist_dir() / flavour / "bin" / "python3"
+    if not (py.exists() and os.access(py, os.X_OK)):
+        pytest.skip(f"flavour {flavour} is not built ({py} missing; run ./build.sh {flavour})")
+    return py

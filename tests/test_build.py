@@ -1,0 +1,429 @@
+"""Tests for build.sh: its error paths (fast, on tiny fake trees in temp dirs) and
+the smoke checks of every flavour that has been built into dist/.
+
+The error tests never touch the real cache or dist/: each runs build.sh with a
+temporary BRC_MERGE_CACHE and BRC_MERGE_DIST and BRC_MERGE_OFFLINE=1, and checks
+both the message and that the (pre-populated) dist dir is left exactly as it was.
+"""
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import FLAVOURS, ROOT, dist_python
+
+BUILD_SH = ROOT / "build.sh"
+REPO_PATCHES = ROOT / "patches" / "3.14"
+
+
+def _base():
+    vals = {}
+    for line in (REPO_PATCHES / "base").read_text().splitlines():
+        m = re.match(r"^([A-Z0-9_]+)=(.*)$", line.strip())
+        if m:
+            vals[m.group(1)] = m.group(2).strip("\"'")
+    return vals
+
+
+BASE = _base()
+VERSION = BASE["PY_VERSION"]
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def clean_env(**extra):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BRC_MERGE_")}
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+@pytest.fixture
+def sandbox(tmp_path):
+    """Temp cache + a pre-populated temp dist; .run() calls build.sh against them."""
+    return Sandbox(tmp_path)
+
+
+class Sandbox:
+    def __init__(self, tmp: Path):
+        self.tmp = tmp
+        self.cache = tmp / "cache"
+        self.dist = tmp / "dist"
+        self.dist.mkdir()
+        # Something a previous good build would have left: must survive any failure.
+        (tmp / "old-install" / "bin").mkdir(parents=True)
+        (self.dist / "ft-brc").symlink_to(tmp / "old-install")
+        (self.dist / "gil").symlink_to(tmp / "old-install")
+        (self.dist / "NOTE").write_text("pre-existing\n")
+        self.before = self.snapshot()
+
+    def snapshot(self):
+        snap = {}
+        for p in sorted(self.dist.rglob("*")):
+            rel = str(p.relative_to(self.dist))
+            if p.is_symlink():
+                snap[rel] = ("link", os.readlink(p))
+            elif p.is_file():
+                snap[rel] = ("file", p.read_bytes())
+            else:
+                snap[rel] = ("dir", None)
+        return snap
+
+    def assert_dist_untouched(self):
+        assert self.snapshot() == self.before, "build.sh modified dist/ although it failed"
+        assert not (self.cache / "install").exists() or not any((self.cache / "install").iterdir())
+
+    def run(self, *args, timeout=60, **env):
+        e = clean_env(BRC_MERGE_CACHE=self.cache, BRC_MERGE_DIST=self.dist, BRC_MERGE_OFFLINE=1, **env)
+        t0 = time.monotonic()
+        proc = subprocess.run([str(BUILD_SH), *map(str, args)], env=e, stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=timeout)
+        proc.elapsed = time.monotonic() - t0
+        proc.out = proc.stdout + proc.stderr
+        return proc
+
+
+FAKE_CONFIGURE = "#!/bin/sh\necho 'fake configure: not a real CPython tree' >&2\nexit 1\n"
+
+
+def make_tree(path: Path, version=VERSION) -> Path:
+    """A tiny stand-in for a CPython tree: just what the source checks look at."""
+    (path / "Include").mkdir(parents=True)
+    (path / "Include" / "patchlevel.h").write_text(
+        "/* fake */\n#define PY_MAJOR_VERSION 3\n"
+        f'#define PY_VERSION              "{version}"\n')
+    (path / "configure").write_text(FAKE_CONFIGURE)
+    (path / "configure").chmod(0o755)
+    (path / "Python").mkdir()
+    (path / "Python" / "brc.c").write_text("/* fake brc.c */\nint x;\nint y;\n")
+    return path
+
+
+def make_patches(path: Path, tree: Path, patches=None) -> Path:
+    """A patches dir: the repo's base, a series of `patches` {name: text}, and
+    checksums of Include/patchlevel.h, configure and Python/brc.c in `tree`."""
+    patches = patches or {}
+    path.mkdir(parents=True)
+    shutil.copy(REPO_PATCHES / "base", path / "base")
+    (path / "series").write_text("# test series\n" + "".join(f"{n}\n" for n in patches))
+    for name, text in patches.items():
+        (path / name).write_text(text)
+    lines = [f"{sha256(tree / f)}  {f}\n" for f in ("Include/patchlevel.h", "Python/brc.c", "configure")]
+    (path / "checksums").write_text("".join(lines))
+    return path
+
+
+def make_tarball(path: Path, tree: Path) -> Path:
+    with tarfile.open(path, "w:gz") as tar:
+        tar.add(tree, arcname=f"Python-{VERSION}")
+    return path
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def test_help(sandbox):
+    p = sandbox.run("--help")
+    assert p.returncode == 0
+    for word in ("gil", "ft-brc", "--source", "BRC_MERGE_SOURCE", "--offline", "--patches", "--update-checksums"):
+        assert word in p.stdout
+
+
+def test_unknown_flavour(sandbox):
+    p = sandbox.run("gil", "nogil", "ft-brc")
+    assert p.returncode == 2, p.out
+    assert "unknown flavour" in p.stderr and "nogil" in p.stderr
+    assert "gil ft ft-brc" in p.stderr          # lists the valid ones
+    assert not sandbox.cache.exists()           # nothing touched at all
+    sandbox.assert_dist_untouched()
+
+
+def test_no_flavour(sandbox):
+    p = sandbox.run()
+    assert p.returncode == 2
+    assert "no flavour" in p.stderr and "gil ft ft-brc" in p.stderr
+    assert not sandbox.cache.exists()
+
+
+def test_bad_jobs(sandbox):
+    p = sandbox.run("--jobs", "many", "gil")
+    assert p.returncode == 2 and "positive integer" in p.stderr
+
+
+# --------------------------------------------------------------------------- source
+
+
+def test_wrong_tarball_checksum(sandbox, tmp_path):
+    tgz = make_tarball(tmp_path / f"Python-{VERSION}.tgz", make_tree(tmp_path / "t"))
+    p = sandbox.run("--source", tgz, "gil", timeout=30)
+    assert p.returncode == 1, p.out
+    assert "wrong sha256" in p.stderr
+    assert BASE["SHA256"] in p.stderr            # expected
+    assert sha256(tgz) in p.stderr               # actual
+    assert "fix:" in p.stderr
+    assert not (sandbox.cache / "sources").exists()   # never unpacked
+    sandbox.assert_dist_untouched()
+
+
+def test_wrong_checksum_in_download_cache(sandbox, tmp_path):
+    dl = sandbox.cache / "downloads" / f"Python-{VERSION}.tgz"
+    dl.parent.mkdir(parents=True)
+    make_tarball(dl, make_tree(tmp_path / "t"))
+    p = sandbox.run("ft", timeout=30)
+    assert p.returncode == 1, p.out
+    assert "wrong sha256" in p.stderr and str(dl) in p.stderr and BASE["SHA256"] in p.stderr
+    sandbox.assert_dist_untouched()
+
+
+def test_missing_source(sandbox):
+    p = sandbox.run("ft-brc", timeout=30)
+    assert p.returncode == 1, p.out
+    assert "no CPython" in p.stderr and "source found" in p.stderr
+    # says exactly how to provide it
+    for hint in ("BRC_MERGE_SOURCE", "--source",
+                 str(sandbox.cache / "downloads" / f"Python-{VERSION}.tgz"),
+                 str(sandbox.cache / "sources" / f"Python-{VERSION}")):
+        assert hint in p.stderr, hint
+    sandbox.assert_dist_untouched()
+
+
+def test_source_path_does_not_exist(sandbox, tmp_path):
+    p = sandbox.run("--source", tmp_path / "nope.tgz", "gil")
+    assert p.returncode == 1 and "does not exist" in p.stderr
+    sandbox.assert_dist_untouched()
+
+
+def test_tree_of_another_version(sandbox, tmp_path):
+    tree = make_tree(tmp_path / "Python-3.14.6", version="3.14.6")
+    p = sandbox.run("--source", tree, "gil", timeout=30)
+    assert p.returncode == 1, p.out
+    assert f"is version 3.14.6, expected {VERSION}" in p.stderr
+    sandbox.assert_dist_untouched()
+
+
+def test_tree_with_modified_touched_file(sandbox, tmp_path):
+    tree = make_tree(tmp_path / "tree")
+    patches = make_patches(tmp_path / "patches", tree)
+    with open(tree / "Python" / "brc.c", "a") as f:
+        f.write("/* local change */\n")
+    p = sandbox.run("--source", tree, "--patches", patches, "ft-brc", timeout=30)
+    assert p.returncode == 1, p.out
+    assert "Python/brc.c" in p.stderr and "refusing" in p.stderr
+    assert "configure" not in p.stderr.split("refusing")[0].split("touches:")[-1]  # only the modified one
+    sandbox.assert_dist_untouched()
+
+
+def test_default_tree_location_is_verified(sandbox, tmp_path):
+    tree = make_tree(sandbox.cache / "sources" / f"Python-{VERSION}")
+    patches = make_patches(tmp_path / "patches", tree)
+    (tree / "configure").write_text("#!/bin/sh\n# tampered\n")
+    p = sandbox.run("--patches", patches, "gil", timeout=30)
+    assert p.returncode == 1, p.out
+    assert "configure" in p.stderr and "refusing" in p.stderr
+    sandbox.assert_dist_untouched()
+
+
+# --------------------------------------------------------------------------- patch
+
+
+BAD_CONTEXT_PATCH = """\
+From: test
+Subject: [PATCH] does not apply
+
+---
+diff --git a/configure b/configure
+index 1111111..2222222 100755
+--- a/configure
++++ b/configure
+@@ -1,3 +1,3 @@
+ #!/bin/sh
+-echo 'this line is not in the file'
++echo patched
+ exit 1
+"""
+
+GOOD_PATCH = """\
+diff --git a/Python/brc.c b/Python/brc.c
+--- a/Python/brc.c
++++ b/Python/brc.c
+@@ -1,3 +1,3 @@
+ /* fake brc.c */
+-int x;
++int x = 1;
+ int y;
+"""
+
+MISSING_FILE_PATCH = """\
+diff --git a/Python/no_such_file.c b/Python/no_such_file.c
+--- a/Python/no_such_file.c
++++ b/Python/no_such_file.c
+@@ -1,1 +1,1 @@
+-a
++b
+"""
+
+
+def test_patch_that_does_not_apply(sandbox, tmp_path):
+    tree = make_tree(tmp_path / "tree")
+    patches = make_patches(tmp_path / "patches", tree, {
+        "0001-good.patch": GOOD_PATCH,
+        "0002-bogus.patch": BAD_CONTEXT_PATCH,
+    })
+    p = sandbox.run("--source", tree, "--patches", patches, "ft-brc", timeout=60)
+    assert p.returncode == 1, p.out
+    err = p.stderr
+    assert "0002-bogus.patch" in err and "does not apply" in err
+    assert "rejected file(s): configure" in err
+    assert "0001-good.patch does not apply" not in err
+    assert "patch ft-brc FAILED" in err
+    assert not (sandbox.cache / "build" / "ft-brc" / "obj").exists()   # never configured
+    sandbox.assert_dist_untouched()
+
+
+def test_patch_for_missing_file(sandbox, tmp_path):
+    tree = make_tree(tmp_path / "tree")
+    patches = make_patches(tmp_path / "patches", tree, {"0001-ghost.patch": MISSING_FILE_PATCH})
+    p = sandbox.run("--source", tree, "--patches", patches, "ft-brc", timeout=60)
+    assert p.returncode == 1, p.out
+    assert "0001-ghost.patch" in p.stderr and "Python/no_such_file.c" in p.stderr
+    sandbox.assert_dist_untouched()
+
+
+def test_series_names_missing_patch(sandbox, tmp_path):
+    tree = make_tree(tmp_path / "tree")
+    patches = make_patches(tmp_path / "patches", tree, {"0001-good.patch": GOOD_PATCH})
+    with open(patches / "series", "a") as f:
+        f.write("0002-not-there.patch  # comment\n")
+    p = sandbox.run("--source", tree, "--patches", patches, "ft-brc", timeout=60)
+    assert p.returncode == 1, p.out
+    assert "0002-not-there.patch" in p.stderr and "does not exist" in p.stderr
+    sandbox.assert_dist_untouched()
+
+
+# --------------------------------------------------------------------------- checksums
+
+
+NEW_FILE_PATCH = """\
+diff --git a/Python/brc_new.c b/Python/brc_new.c
+new file mode 100644
+index 0000000..3333333
+--- /dev/null
++++ b/Python/brc_new.c
+@@ -0,0 +1 @@
++int z;
+"""
+
+PLAIN_DIFF = """\
+--- a/Include/patchlevel.h\t2025-01-01 00:00:00
++++ b/Include/patchlevel.h\t2025-01-01 00:00:00
+@@ -1,1 +1,1 @@
+-/* fake */
++/* fake, patched */
+"""
+
+
+def test_update_checksums_empty_series(sandbox, tmp_path):
+    tree = make_tree(tmp_path / "tree")
+    patches = make_patches(tmp_path / "patches", tree)
+    p = sandbox.run("--source", tree, "--patches", patches, "--update-checksums")
+    assert p.returncode == 0, p.out
+    assert (patches / "checksums").read_text() == (
+        f"{sha256(tree / 'Include/patchlevel.h')}  Include/patchlevel.h\n"
+        f"{sha256(tree / 'configure')}  configure\n")
+
+
+def test_update_checksums_lists_touched_not_new_files(sandbox, tmp_path):
+    tree = make_tree(tmp_path / "tree")
+    patches = make_patches(tmp_path / "patches", tree, {
+        "0001-brc.patch": GOOD_PATCH + NEW_FILE_PATCH,
+        "0002-plain.patch": PLAIN_DIFF,
+    })
+    (patches / "checksums").write_text("")
+    p = sandbox.run("--source", tree, "--patches", patches, "--update-checksums")
+    assert p.returncode == 0, p.out
+    lines = (patches / "checksums").read_text().splitlines()
+    assert [ln.split("  ", 1)[1] for ln in lines] == ["Include/patchlevel.h", "Python/brc.c", "configure"]
+    for ln in lines:
+        digest, rel = ln.split("  ", 1)
+        assert digest == sha256(tree / rel)
+    # ...and the result is accepted by the source check (then the build goes on
+    # to the patch stage, which succeeds, and on to deps/configure: stop there
+    # by asking only whether it is up to date)
+    p = sandbox.run("--source", tree, "--patches", patches, "--check", "ft-brc")
+    assert p.returncode == 3 and "ft-brc needs a build" in p.stdout, p.out
+
+
+def test_update_checksums_checks_version_first(sandbox, tmp_path):
+    tree = make_tree(tmp_path / "tree", version="3.13.9")
+    patches = make_patches(tmp_path / "patches", tree)
+    before = (patches / "checksums").read_text()
+    p = sandbox.run("--source", tree, "--patches", patches, "--update-checksums")
+    assert p.returncode == 1 and "is version 3.13.9" in p.stderr
+    assert (patches / "checksums").read_text() == before
+
+
+def test_repo_checksums_match_series(tmp_path):
+    """patches/3.14/checksums is what --update-checksums computes (needs the real source)."""
+    patches = tmp_path / "patches"
+    shutil.copytree(REPO_PATCHES, patches)
+    env = clean_env(BRC_MERGE_OFFLINE=1, BRC_MERGE_PATCHES=patches,
+                    BRC_MERGE_SOURCE=os.environ.get("BRC_MERGE_SOURCE", ""))
+    env.pop("BRC_MERGE_CACHE", None)
+    if os.environ.get("BRC_MERGE_CACHE"):
+        env["BRC_MERGE_CACHE"] = os.environ["BRC_MERGE_CACHE"]
+    p = subprocess.run([str(BUILD_SH), "--update-checksums"], env=env, capture_output=True,
+                       text=True, timeout=120, stdin=subprocess.DEVNULL)
+    if p.returncode != 0 and "no CPython" in p.stderr:
+        pytest.skip("no local CPython source to compute checksums from")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert (patches / "checksums").read_text() == (REPO_PATCHES / "checksums").read_text(), \
+        "patches/3.14/checksums is stale: run ./build.sh --update-checksums"
+
+
+# --------------------------------------------------------------------------- built flavours
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_smoke(flavour):
+    py = dist_python(flavour)
+    code = ("import sys, platform, ssl, sqlite3, zlib, ctypes, venv;"
+            "print(sys._is_gil_enabled(), platform.python_version())")
+    p = subprocess.run([str(py), "-I", "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    gil, version = p.stdout.split()
+    assert version == VERSION
+    assert gil == ("True" if flavour == "gil" else "False")
+    p = subprocess.run([str(py), "-I", "-m", "pip", "--version"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout.startswith("pip "), p.stderr
+
+
+def test_warm_noop_is_fast(tmp_path):
+    """With the real cache: flavours already built are a no-op (< 30 s) that only
+    (re)links a fresh dist dir, as in a fresh clone."""
+    env = clean_env(BRC_MERGE_OFFLINE=1, BRC_MERGE_DIST=tmp_path / "dist")
+    for k in ("BRC_MERGE_CACHE", "BRC_MERGE_SOURCE"):
+        if os.environ.get(k):
+            env[k] = os.environ[k]
+    p = subprocess.run([str(BUILD_SH), "--check", *FLAVOURS], env=env, capture_output=True,
+                       text=True, timeout=120, stdin=subprocess.DEVNULL)
+    ready = [f for f in FLAVOURS if f"{f} up to date" in p.stdout]
+    if not ready:
+        pytest.skip("no flavour is built and up to date in the real cache")
+    t0 = time.monotonic()
+    p = subprocess.run([str(BUILD_SH), *ready], env=env, capture_output=True, text=True,
+                       timeout=120, stdin=subprocess.DEVNULL)
+    elapsed = time.monotonic() - t0
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert elapsed < 30, f"no-op run took {elapsed:.1f}s"
+    for f in ready:
+        assert re.search(rf"\] {re.escape(f)} up to date", p.stdout), p.stdout
+        link = tmp_path / "dist" / f
+        assert link.is_symlink() and (link / "bin" / "python3").exists()
+    assert "configure" not in p.stdout and "make" not in p.stdout
