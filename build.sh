@@ -65,6 +65,7 @@ Options (each has an environment equivalent; the flag wins):
   --patches DIR     BRC_MERGE_PATCHES  default <repo>/patches/$SERIES_LINE (base, series, checksums)
   --offline         BRC_MERGE_OFFLINE=1   never download the source
   --optimize        BRC_MERGE_OPTIMIZE=1  --enable-optimizations --with-lto (slow)
+  --no-deps         BRC_MERGE_NO_DEPS=1   skip the Debian build-dependency check/install
   --quiet           BRC_MERGE_QUIET=1     only print errors and one line per flavour
   --update-checksums  recompute PATCHES/checksums from the files the series touches
   --check           exit 0 if every FLAVOUR is up to date, 3 if any needs a build
@@ -160,6 +161,7 @@ JOBS=${BRC_MERGE_JOBS:-}
 PATCHES=${BRC_MERGE_PATCHES:-$ROOT/patches/$SERIES_LINE}
 OFFLINE=${BRC_MERGE_OFFLINE:-0}
 OPTIMIZE=${BRC_MERGE_OPTIMIZE:-0}
+NO_DEPS=${BRC_MERGE_NO_DEPS:-0}
 MODE=build
 FLAVOURS=()
 
@@ -180,6 +182,7 @@ parse_args() {
             --patches=*) PATCHES=${1#*=}; shift ;;
             --offline) OFFLINE=1; shift ;;
             --optimize) OPTIMIZE=1; shift ;;
+            --no-deps) NO_DEPS=1; shift ;;
             --quiet|-q) QUIET=1; shift ;;
             --update-checksums) MODE=update-checksums; shift ;;
             --check) MODE=check; shift ;;
@@ -192,6 +195,7 @@ parse_args() {
     done
     is_true "$OFFLINE" && OFFLINE=1 || OFFLINE=0
     is_true "$OPTIMIZE" && OPTIMIZE=1 || OPTIMIZE=0
+    is_true "$NO_DEPS" && NO_DEPS=1 || NO_DEPS=0
     is_true "$QUIET" && QUIET=1 || QUIET=0
     [[ -n $JOBS ]] || JOBS=$(nproc)
     [[ $JOBS =~ ^[1-9][0-9]*$ ]] || die 2 "--jobs/BRC_MERGE_JOBS must be a positive integer, got '$JOBS'"
@@ -507,7 +511,14 @@ ensure_packages() {  # ensure_packages PKG...: install missing Debian packages (
     note "apt-get installed ${missing[*]}"
 }
 
-stage_deps() { ensure_packages "${BUILD_DEPS[@]}"; }
+stage_deps() {
+    if [[ $NO_DEPS == 1 ]]; then
+        echo "BRC_MERGE_NO_DEPS/--no-deps: not checking ${BUILD_DEPS[*]}"
+        note "skipped: --no-deps"
+        return
+    fi
+    ensure_packages "${BUILD_DEPS[@]}"
+}
 
 # ---------------------------------------------------------------------------
 # Stage: patch (staging copy + series) and sync into the persistent work tree
@@ -758,7 +769,8 @@ main() {
         print-config)
             printf '%s=%s\n' BRC_MERGE_SOURCE "$SOURCE" BRC_MERGE_CACHE "$CACHE" \
                 BRC_MERGE_DIST "$DIST" BRC_MERGE_JOBS "$JOBS" BRC_MERGE_PATCHES "$PATCHES" \
-                BRC_MERGE_OFFLINE "$OFFLINE" BRC_MERGE_OPTIMIZE "$OPTIMIZE" PY_VERSION "$PY_VERSION"
+                BRC_MERGE_OFFLINE "$OFFLINE" BRC_MERGE_OPTIMIZE "$OPTIMIZE" BRC_MERGE_NO_DEPS "$NO_DEPS" \
+                BRC_MERGE_QUIET "$QUIET" PY_VERSION "$PY_VERSION"
             return ;;
         update-checksums)
             run_stage source "" "$CACHE/build/logs" stage_source version-only

@@ -387,6 +387,153 @@ def test_repo_checksums_match_series(tmp_path):
         "patches/3.14/checksums is stale: run ./build.sh --update-checksums"
 
 
+# --------------------------------------------------------------------------- whole pipeline, fake tree
+# A tree whose `configure` writes a tiny Makefile that "installs" a shell-script
+# python3 answering the smoke stage's questions: the full pipeline in seconds.
+
+FAKE_BUILD_CONFIGURE = """\
+#!/bin/sh
+srcdir=$(cd "$(dirname "$0")" && pwd)
+for a in "$@"; do case $a in --prefix=*) prefix=${a#--prefix=};; esac; done
+printf '%s\\n' "$@" > configure-args.txt
+{
+  echo "PREFIX = $prefix"
+  echo "all:"
+  printf '\\t@echo fake build\\n'
+  echo "install:"
+  printf '\\tmkdir -p $(DESTDIR)$(PREFIX)/bin\\n'
+  printf '\\tcp %s/fake-python $(DESTDIR)$(PREFIX)/bin/python3.14\\n' "$srcdir"
+  printf '\\tln -sf python3.14 $(DESTDIR)$(PREFIX)/bin/python3\\n'
+} > Makefile
+"""
+
+FAKE_PYTHON = """\
+#!/bin/sh
+# answers build.sh's smoke checks like a free-threaded 3.14.7 would
+case "$*" in
+  *_is_gil_enabled*) echo False ;;
+  *python_version*) echo 3.14.7 ;;
+  *"-m pip --version"*) echo "pip 99 (fake)" ;;
+esac
+exit 0
+"""
+
+BREAK_PYTHON_PATCH = """\
+diff --git a/fake-python b/fake-python
+--- a/fake-python
++++ b/fake-python
+@@ -1,3 +1,4 @@
+ #!/bin/sh
++exit 1
+ # answers build.sh's smoke checks like a free-threaded 3.14.7 would
+ case "$*" in
+"""
+
+
+def make_buildable_tree(path: Path) -> Path:
+    make_tree(path)
+    (path / "configure").write_text(FAKE_BUILD_CONFIGURE)
+    (path / "fake-python").write_text(FAKE_PYTHON)
+    (path / "fake-python").chmod(0o755)
+    return path
+
+
+@pytest.fixture
+def fake(sandbox, tmp_path):
+    sandbox.tree = make_buildable_tree(tmp_path / "tree")
+    sandbox.patches = make_patches(tmp_path / "patches", sandbox.tree)
+    sandbox.build = lambda *a, **kw: sandbox.run(
+        "--source", sandbox.tree, "--patches", sandbox.patches, "--no-deps", *a, **kw)
+    return sandbox
+
+
+def test_fake_build_installs_links_and_noops(fake):
+    p = fake.build("ft", "ft-brc")
+    assert p.returncode == 0, p.out
+    for stage in ("patch", "deps", "configure", "make", "install", "smoke", "activate"):
+        assert re.search(rf"\] {stage} ft-brc \.\.\. ok", p.stdout), (stage, p.stdout)
+    for f in ("ft", "ft-brc"):
+        prefix = fake.cache / "install" / f
+        assert os.readlink(fake.dist / f) == str(prefix)
+        assert (prefix / "bin" / "python3").exists()
+        key = (prefix / ".brc-merge-key").read_text()
+        assert f"flavour {f}\n" in key and "source-id tree-" in key
+        assert (fake.cache / "build" / f / "logs" / "make.log").exists()
+        args = (fake.cache / "build" / f / "obj" / "configure-args.txt").read_text().split("\n")
+        assert f"--prefix={prefix}" in args and "--disable-gil" in args
+        assert "--with-ensurepip=install" in args and "--enable-optimizations" not in args
+    assert list((fake.cache / "tmp").iterdir()) == []      # staged installs cleaned up
+
+    p = fake.build("ft", "ft-brc")                         # warm: no-op
+    assert p.returncode == 0, p.out
+    assert "ft up to date" in p.stdout and "ft-brc up to date" in p.stdout
+    assert "configure" not in p.stdout and p.elapsed < 10
+    assert not (fake.cache / "build" / "ft" / "staging").exists()
+
+    (fake.dist / "ft").unlink()                            # e.g. a fresh clone
+    p = fake.build("ft")
+    assert p.returncode == 0 and "relinked" in p.stdout, p.out
+    assert os.readlink(fake.dist / "ft") == str(fake.cache / "install" / "ft")
+
+
+def test_fake_build_patch_change_rebuilds_only_what_changed(fake):
+    (fake.patches / "0001-brc.patch").write_text(GOOD_PATCH)
+    (fake.patches / "series").write_text("0001-brc.patch\n")
+    assert fake.build("ft-brc").returncode == 0
+    src = fake.cache / "build" / "ft-brc" / "src"
+    assert "int x = 1;" in (src / "Python" / "brc.c").read_text()
+    mtime_configure = (src / "configure").stat().st_mtime_ns
+    mtime_brc = (src / "Python" / "brc.c").stat().st_mtime_ns
+    time.sleep(1.1)
+
+    (fake.patches / "0001-brc.patch").write_text(GOOD_PATCH.replace("int x = 1;", "int x = 2;"))
+    p = fake.build("ft-brc")
+    assert p.returncode == 0, p.out
+    assert "int x = 2;" in (src / "Python" / "brc.c").read_text()
+    assert (src / "Python" / "brc.c").stat().st_mtime_ns > mtime_brc      # changed file: new mtime
+    assert (src / "configure").stat().st_mtime_ns == mtime_configure        # unchanged: kept
+    assert re.search(r"configure ft-brc \.\.\. ok \(\d+s, unchanged", p.stdout), p.stdout
+    assert "0001-brc.patch" in (fake.cache / "install" / "ft-brc" / ".brc-merge-key").read_text()
+
+
+def test_fake_build_smoke_failure_keeps_old_install(fake):
+    assert fake.build("ft-brc").returncode == 0
+    prefix = fake.cache / "install" / "ft-brc"
+    old_key = (prefix / ".brc-merge-key").read_text()
+    fake.before = fake.snapshot()
+
+    (fake.patches / "0001-break.patch").write_text(BREAK_PYTHON_PATCH)
+    (fake.patches / "series").write_text("0001-break.patch\n")
+    p = fake.build("ft-brc")
+    assert p.returncode == 1, p.out
+    assert "smoke ft-brc FAILED" in p.stderr and "does not start" in p.stderr
+    assert "smoke.log" in p.stderr
+    assert (prefix / ".brc-merge-key").read_text() == old_key               # old install intact
+    assert subprocess.run([str(prefix / "bin" / "python3"), "-c", "_is_gil_enabled"],
+                          capture_output=True, text=True).stdout == "False\n"
+    assert fake.snapshot() == fake.before                                   # dist untouched
+    assert list((fake.cache / "tmp").iterdir()) == []                       # staging removed
+    assert sorted(x.name for x in (fake.cache / "install").iterdir()) == ["ft-brc"]
+
+
+def test_fake_build_tarball_source(fake, tmp_path):
+    """A tarball matching the pinned sha256 is unpacked once and then used as a tree."""
+    tgz = make_tarball(tmp_path / f"Python-{VERSION}.tgz", fake.tree)
+    base = (fake.patches / "base").read_text()
+    (fake.patches / "base").write_text(re.sub(r"SHA256=\w+", f"SHA256={sha256(tgz)}", base))
+    p = fake.run("--source", tgz, "--patches", fake.patches, "--no-deps", "gil")
+    assert p.returncode == 1, p.out                  # our fake python claims to be free-threaded...
+    assert "expected True" in p.stderr               # ...so the gil smoke check must catch it
+    unpacked = fake.cache / "sources" / f"Python-{VERSION}-{sha256(tgz)[:12]}"
+    assert (unpacked / "configure").exists()
+    key_src = (fake.cache / "build" / "logs" / "source.log").read_text()
+    assert "tarball" in key_src
+    p = fake.run("--source", tgz, "--patches", fake.patches, "--no-deps", "ft")
+    assert p.returncode == 0, p.out
+    assert f"source-id tarball-{sha256(tgz)}" in (fake.cache / "install" / "ft" / ".brc-merge-key").read_text()
+    assert "reusing" in (fake.cache / "build" / "ft" / "logs" / "patch.log").read_text()
+
+
 # --------------------------------------------------------------------------- built flavours
 
 
