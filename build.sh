@@ -87,6 +87,7 @@ CURRENT_STAGE=""      # "name flavour" while a stage runs
 CURRENT_LOG=""
 CURRENT_ERRFILE=""
 TMP_PATHS=()          # removed on exit
+ACTIVATE_RESTORE=()   # (old new): an install renamed aside, to restore if we die mid-swap
 
 elapsed() { printf '[%4ds]' $((SECONDS - START)); }
 say() { [[ $QUIET == 1 ]] || printf '%s %s\n' "$(elapsed)" "$*"; }
@@ -121,6 +122,9 @@ on_exit() {
             printf 'build.sh: stage "%s" failed; full log: %s\n' "$CURRENT_STAGE" "$CURRENT_LOG"
         } >&"$ERR_FD"
         rm -f "$CURRENT_ERRFILE"
+    fi
+    if [[ ${#ACTIVATE_RESTORE[@]} -eq 2 && -e ${ACTIVATE_RESTORE[0]} && ! -e ${ACTIVATE_RESTORE[1]} ]]; then
+        mv -T "${ACTIVATE_RESTORE[0]}" "${ACTIVATE_RESTORE[1]}"
     fi
     local p
     for p in "${TMP_PATHS[@]}"; do [[ -e $p || -L $p ]] && rm -rf -- "$p"; done
@@ -663,10 +667,12 @@ stage_activate() {  # stage_activate FLAVOUR KEY
     local old=""
     if [[ -e $prefix ]]; then
         old=$CACHE/install/.$f.old.$$
-        TMP_PATHS+=("$old")
+        ACTIVATE_RESTORE=("$old" "$prefix")   # on_exit puts it back if we die here,
+        TMP_PATHS+=("$old")                   # or deletes it if the new one is in
         mv -T "$prefix" "$old"
     fi
     mv -T "$STAGED_PREFIX" "$prefix"
+    ACTIVATE_RESTORE=()
     [[ -z $old ]] || rm -rf -- "$old"
     link_dist "$f"
     echo "installed $prefix; $DIST/$f -> $prefix"

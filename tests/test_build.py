@@ -574,3 +574,22 @@ def test_warm_noop_is_fast(tmp_path):
         link = tmp_path / "dist" / f
         assert link.is_symlink() and (link / "bin" / "python3").exists()
     assert "configure" not in p.stdout and "make" not in p.stdout
+
+
+def test_concurrent_builds_of_a_flavour_serialize(fake):
+    """A second build.sh of the same flavour waits on $CACHE/build/<flavour>.lock."""
+    import fcntl
+    (fake.cache / "build").mkdir(parents=True)
+    with open(fake.cache / "build" / "ft.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        e = clean_env(BRC_MERGE_CACHE=fake.cache, BRC_MERGE_DIST=fake.dist, BRC_MERGE_OFFLINE=1)
+        proc = subprocess.Popen([str(BUILD_SH), "--source", str(fake.tree), "--patches", str(fake.patches),
+                                 "--no-deps", "ft"], env=e, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        time.sleep(2)
+        assert proc.poll() is None, proc.stdout.read()            # still waiting
+        assert not (fake.dist / "ft").exists()
+    out, _ = proc.communicate(timeout=60)                          # lock released: it proceeds
+    assert proc.returncode == 0, out
+    assert "waiting for another build.sh" in out
+    assert (fake.dist / "ft").is_symlink()
