@@ -18,6 +18,8 @@ import pytest
 
 from conftest import FLAVOURS, ROOT, dist_python
 
+pytestmark = pytest.mark.timeout(300)
+
 BUILD_SH = ROOT / "build.sh"
 REPO_PATCHES = ROOT / "patches" / "3.14"
 
