@@ -154,7 +154,7 @@ def run(kind_name, deadline):
         awake.set()
 
     t_start = h.now()
-    thread = threading.Thread(target=owner, name="brc-owner", daemon=True)
+    thread = threading.Thread(target=owner, name="brc owner (x)", daemon=True)
     thread.start()
     if not handed.wait(h.BLOCK_TIMEOUT):
         raise RuntimeError("owner never handed over its payloads")
