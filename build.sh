@@ -119,6 +119,7 @@ on_exit() {
                 sed 's/^/build.sh: /' "$CURRENT_ERRFILE"
                 cat "$CURRENT_ERRFILE" >>"$CURRENT_LOG"
             fi
+            [[ -z $INTERRUPTED ]] || printf 'build.sh: interrupted by %s\n' "$INTERRUPTED"
             printf 'build.sh: stage "%s" failed; full log: %s\n' "$CURRENT_STAGE" "$CURRENT_LOG"
         } >&"$ERR_FD"
         rm -f "$CURRENT_ERRFILE"
@@ -132,6 +133,10 @@ on_exit() {
 }
 exec {OUT_FD}>&1 {ERR_FD}>&2
 trap on_exit EXIT
+INTERRUPTED=""
+trap 'INTERRUPTED=SIGINT; exit 130' INT
+trap 'INTERRUPTED=SIGTERM; exit 143' TERM
+trap 'INTERRUPTED=SIGHUP; exit 129' HUP
 
 # run_stage NAME FLAVOUR LOGDIR FUNC ARGS...: one status line, full log in LOGDIR/NAME.log.
 # FUNC runs in this shell (so it can set globals) with errexit active.
