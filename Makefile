@@ -42,11 +42,18 @@ flavours: ## build all three flavours: gil ft ft-brc
 checksums: ## recompute patches/<line>/checksums after changing the series
 	$(BUILD) $(BUILD_ARGS) --update-checksums
 
-venv: ## create/refresh .venv (host Python + tests/requirements.txt)
+# The host python3 makes the venv; if it cannot (e.g. Debian without
+# python3-venv), our own stock build dist/gil does.
+venv: ## create/refresh .venv (host python3 + tests/requirements.txt)
 	@if [[ ! -x $(VENV)/bin/pytest || tests/requirements.txt -nt $(VENV)/.requirements-stamp ]]; then \
 		set -e; \
-		echo "creating $(VENV) with $(HOST_PYTHON)"; \
-		$(HOST_PYTHON) -m venv $(VENV); \
+		py=$(HOST_PYTHON); \
+		if ! $$py -m venv --clear $(VENV); then \
+			py=$$($(BUILD) $(BUILD_ARGS) --print-config | sed -n 's/^BRC_MERGE_DIST=//p')/gil/bin/python3; \
+			echo "$(HOST_PYTHON) cannot create a venv; using $$py"; \
+			$$py -m venv --clear $(VENV); \
+		fi; \
+		echo "created $(VENV) with $$($(VENV)/bin/python -VV)"; \
 		$(VENV)/bin/python -m pip install -q --disable-pip-version-check -r tests/requirements.txt; \
 		touch $(VENV)/.requirements-stamp; \
 	fi
