@@ -226,13 +226,15 @@ def measure(tracker, owner_ident, owner_native_id, owner_awake, deadline,
     }
 
 
-def after_wake(tracker):
+def after_wake(tracker, owner_ident):
     """Called after the owner was released (and joined, where possible):
     everything must eventually be freed -- the objects were held, not
     leaked."""
     tracker.all_freed.wait(WAKE_TIMEOUT)
+    records = tracker.snapshot()
     return {
-        "freed_after_wake": tracker.freed_count(),
+        "freed_after_wake": len(records),
+        "freed_by_owner": sum(1 for r in records if r[1] == owner_ident),
         "rss_after_wake": rss(),
     }
 

@@ -170,7 +170,7 @@ def run(kind_name, deadline):
     thread.join(h.WAKE_TIMEOUT)
     if thread.is_alive():
         raise RuntimeError("owner did not finish after release")
-    result.update(h.after_wake(tracker))
+    result.update(h.after_wake(tracker, thread.ident))
 
     result.update(mem)
     result.update({

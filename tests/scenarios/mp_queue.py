@@ -122,7 +122,7 @@ def run(deadline):
     if q.get(timeout=GET_TIMEOUT) != (-1, None):
         raise RuntimeError("wake-up batch garbled")
     release_to_wake = h.now() - t_release
-    result.update(h.after_wake(tracker))
+    result.update(h.after_wake(tracker, feeder.ident))
     q.close()
     q.join_thread()
 
