@@ -621,6 +621,25 @@ stage_make() {  # stage_make FLAVOUR
     make -C "$CACHE/build/$1/obj" -j"$JOBS"
 }
 
+# What `--with-ensurepip=install` does at `make install`, but with --ignore-installed:
+# the bundled pip wheel, run by the build-dir python (so scripts get the final
+# prefix in their shebang), installed under DESTDIR. Like ensurepip, ignore the
+# user's pip configuration.
+install_bundled_pip() {  # install_bundled_pip FLAVOUR DESTDIR
+    local b=$CACHE/build/$1 whls v
+    local -a unset_pip=()
+    mapfile -t whls < <(compgen -G "$b/src/Lib/ensurepip/_bundled/pip-*.whl" || true)
+    if [[ ${#whls[@]} -ne 1 ]]; then   # the smoke stage's pip check will tell
+        echo "warning: expected one bundled pip wheel in $b/src/Lib/ensurepip/_bundled, found ${#whls[@]}; not installing pip"
+        return 0
+    fi
+    for v in $(compgen -e); do [[ $v != PIP_* ]] || unset_pip+=(-u "$v"); done
+    echo "installing ${whls[0]##*/} into $2"
+    env "${unset_pip[@]}" PIP_CONFIG_FILE=/dev/null "$b/obj/python" -E -s "${whls[0]}/pip" install \
+        --root "$2" --ignore-installed --no-index --no-cache-dir --no-warn-script-location \
+        --disable-pip-version-check --root-user-action=ignore "${whls[0]}"
+}
+
 STAGED_PREFIX=""
 stage_install() {  # stage_install FLAVOUR -> STAGED_PREFIX
     local f=$1
@@ -628,7 +647,11 @@ stage_install() {  # stage_install FLAVOUR -> STAGED_PREFIX
     local stage
     stage=$(mktemp -d "$CACHE/tmp/install-$f.XXXXXX")
     TMP_PATHS+=("$stage")
-    make -C "$CACHE/build/$f/obj" install DESTDIR="$stage"
+    # ENSUREPIP=no, then install_bundled_pip: the Makefile's own ensurepip step
+    # runs pip from the build dir, which finds the pip of an *existing* install at
+    # the real prefix "already satisfied" and so puts no pip into DESTDIR.
+    make -C "$CACHE/build/$f/obj" install DESTDIR="$stage" ENSUREPIP=no
+    install_bundled_pip "$f" "$stage"
     STAGED_PREFIX=$stage$CACHE/install/$f
     [[ -x $STAGED_PREFIX/bin/python3 ]] || stage_fail "make install did not produce $STAGED_PREFIX/bin/python3"
 }
