@@ -295,7 +295,15 @@ unpack_tarball() {  # unpack_tarball FILE -> sets SOURCE_TREE
         return
     fi
     mkdir -p "$CACHE/sources"
-    local tmp
+    local lockfd tmp
+    exec {lockfd}>"$CACHE/sources/.unpack.lock"   # builds of other flavours share it
+    flock "$lockfd"
+    if [[ -f $dest/.brc-merge-unpacked ]]; then
+        echo "another build.sh unpacked it meanwhile; reusing $dest"
+        exec {lockfd}>&-
+        SOURCE_TREE=$dest
+        return
+    fi
     tmp=$(mktemp -d "$CACHE/sources/.unpack.XXXXXX")
     TMP_PATHS+=("$tmp")
     echo "unpacking $1 into $tmp"
@@ -303,11 +311,9 @@ unpack_tarball() {  # unpack_tarball FILE -> sets SOURCE_TREE
     [[ -d $tmp/$TREE_NAME ]] || stage_fail "tarball $1 does not contain $TREE_NAME/"
     echo "${SOURCE_ID#tarball-}" >"$tmp/$TREE_NAME/.brc-merge-unpacked"
     rm -rf -- "$dest"   # a partial earlier unpack (no marker)
-    if ! mv -T "$tmp/$TREE_NAME" "$dest" 2>/dev/null; then
-        [[ -f $dest/.brc-merge-unpacked ]] || stage_fail "could not move the unpacked tree to $dest"
-        echo "another build.sh unpacked it first"
-    fi
+    mv -T "$tmp/$TREE_NAME" "$dest"
     rm -rf -- "$tmp"
+    exec {lockfd}>&-
     SOURCE_TREE=$dest
 }
 
