@@ -755,9 +755,13 @@ build_flavour() {  # build_flavour FLAVOUR
 
 # Files a patch touches in the base tree: a-side of `diff --git a/X b/Y` and
 # `--- a/X` headers; files the patch creates (new file / --- /dev/null) excluded.
+# With CREATED=1, print only the files the patch creates instead.
 patch_touched_files() {
-    awk '
-        function flush() { if (cur != "" && !isnew) print cur; cur = ""; isnew = 0 }
+    awk -v created="${CREATED:-0}" '
+        function flush() {
+            if (cur != "" && isnew == created) print cur
+            cur = ""; isnew = 0
+        }
         /^diff --git a\// {
             flush(); f = $0; sub(/^diff --git a\//, "", f); sub(/ b\/.*$/, "", f)
             cur = f; ingit = 1; next
@@ -767,8 +771,14 @@ patch_touched_files() {
             f = $0; sub(/^--- /, "", f); sub(/\t.*$/, "", f)
             if (ingit == 1) { ingit = 2; if (f == "/dev/null") isnew = 1; next }
             flush(); ingit = 0
-            if (f == "/dev/null") next
+            if (f == "/dev/null") { isnew = 1; next }
             sub(/^a\//, "", f); cur = f; next
+        }
+        /^\+\+\+ / {
+            # A plain diff creating a file names it only on the +++ line.
+            if (isnew && cur == "") { f = $0; sub(/^\+\+\+ /, "", f); sub(/\t.*$/, "", f)
+                                      sub(/^b\//, "", f); cur = f }
+            next
         }
         END { flush() }
     ' "$@"
@@ -782,9 +792,18 @@ stage_update_checksums() {
     for p in "${patches[@]}"; do
         [[ -f $PATCHES/$p ]] || stage_fail "patch $p listed in $SERIES_FILE does not exist in $PATCHES"
     done
+    # A file that an earlier patch of the series creates is not in the base.
     mapfile -t files < <({
         printf '%s\n' Include/patchlevel.h configure
-        for p in "${patches[@]}"; do patch_touched_files "$PATCHES/$p"; done
+        declare -A created=()
+        local t
+        for p in "${patches[@]}"; do
+            while IFS= read -r t; do
+                [[ -n ${created[$t]:-} ]] || printf '%s\n' "$t"
+            done < <(patch_touched_files "$PATCHES/$p")
+            while IFS= read -r t; do created[$t]=1; done \
+                < <(CREATED=1 patch_touched_files "$PATCHES/$p")
+        done
     } | sort -u)
     local f missing=()
     for f in "${files[@]}"; do [[ -f $SOURCE_TREE/$f ]] || missing+=("$f"); done
