@@ -1,0 +1,44 @@
+"""CPython's own regression tests, run by the patched interpreter.
+
+The patch series carries its tests inside CPython's suite
+(Lib/test/test_free_threading/test_brc.py); this runs them, and the suites
+around the code the series touches, on the installed ft-brc interpreter.
+A failure prints regrtest's own report.
+"""
+
+import os
+import subprocess
+
+import pytest
+
+from conftest import dist_python
+
+# The suites next to what the series changes: biased refcounting and thread
+# states (test_free_threading, test_threading), the C API and internal probes
+# (test_capi), the GC that also merges queues (test_gc), finalisation
+# (test_weakref), sys._brc_stats() and the -X option (test_sys, test_cmd_line).
+SUITES = ["test_free_threading", "test_capi", "test_threading", "test_gc",
+          "test_weakref", "test_sys", "test_cmd_line"]
+
+TIMEOUT = 40 * 60
+
+
+def regrtest(python, *args, env=None):
+    cmd = [str(python), "-m", "test", "--fail-env-changed", "--timeout=900",
+           f"-j{os.cpu_count() or 2}", *args]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True,
+                          timeout=TIMEOUT)
+    return proc, proc.stdout[-6000:] + proc.stderr[-3000:]
+
+
+def test_brc_suite_ft_brc():
+    """The series' own tests, alone first, so a failure names them."""
+    proc, tail = regrtest(dist_python("ft-brc"), "-v",
+                          "test_free_threading.test_brc")
+    assert proc.returncode == 0, tail
+    assert "Tests result: SUCCESS" in proc.stdout, tail
+
+
+def test_related_suites_ft_brc():
+    proc, tail = regrtest(dist_python("ft-brc"), *SUITES)
+    assert proc.returncode == 0, tail
