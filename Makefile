@@ -2,7 +2,7 @@
 # All the real work is in build.sh; this file is the short-hand for it.
 #
 # Pass-through variables (empty = build.sh's own default / environment):
-#   JOBS=N  SOURCE=PATH  CACHE=DIR  DIST=DIR  PATCHES=DIR  OPTIMIZE=1  OFFLINE=1  QUIET=1
+#   JOBS=N  SOURCE=PATH  CACHE=DIR  DIST=DIR  PATCHES=DIR  PREFIX=DIR  OPTIMIZE=1  OFFLINE=1  QUIET=1
 #   HOST_PYTHON=python3 (creates .venv for the tests)  PYTEST_ARGS=...
 
 SHELL := /bin/bash
@@ -16,7 +16,8 @@ PYTEST_ARGS ?=
 
 BUILD_ARGS := $(if $(JOBS),--jobs '$(JOBS)') $(if $(SOURCE),--source '$(SOURCE)') \
 	$(if $(CACHE),--cache '$(CACHE)') $(if $(DIST),--dist '$(DIST)') \
-	$(if $(PATCHES),--patches '$(PATCHES)') $(if $(filter 1 yes true,$(OPTIMIZE)),--optimize) \
+	$(if $(PATCHES),--patches '$(PATCHES)') $(if $(PREFIX),--prefix '$(PREFIX)') \
+	$(if $(filter 1 yes true,$(OPTIMIZE)),--optimize) \
 	$(if $(filter 1 yes true,$(OFFLINE)),--offline) $(if $(filter 1 yes true,$(QUIET)),--quiet)
 
 .PHONY: help ft-brc ft gil flavours test venv clean distclean checksums

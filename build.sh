@@ -61,6 +61,7 @@ Options (each has an environment equivalent; the flag wins):
   --source PATH     BRC_MERGE_SOURCE   CPython tarball (.tgz/.tar.xz) or unpacked tree
   --cache DIR       BRC_MERGE_CACHE    default \${XDG_CACHE_HOME:-\$HOME/.cache}/brc-merge
   --dist DIR        BRC_MERGE_DIST     default <repo>/dist
+  --prefix DIR      BRC_MERGE_PREFIX   install prefix (one FLAVOUR only); default \$CACHE/install/FLAVOUR
   --jobs N          BRC_MERGE_JOBS     default: nproc
   --patches DIR     BRC_MERGE_PATCHES  default <repo>/patches/$SERIES_LINE (base, series, checksums)
   --offline         BRC_MERGE_OFFLINE=1   never download the source
@@ -166,6 +167,7 @@ sha256_str() { sha256sum | cut -d' ' -f1; }
 SOURCE=${BRC_MERGE_SOURCE:-}
 CACHE=${BRC_MERGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/brc-merge}
 DIST=${BRC_MERGE_DIST:-$ROOT/dist}
+PREFIX=${BRC_MERGE_PREFIX:-}
 JOBS=${BRC_MERGE_JOBS:-}
 PATCHES=${BRC_MERGE_PATCHES:-$ROOT/patches/$SERIES_LINE}
 OFFLINE=${BRC_MERGE_OFFLINE:-0}
@@ -177,11 +179,11 @@ FLAVOURS=()
 parse_args() {
     while [[ $# -gt 0 ]]; do
         case $1 in
-            --source|--cache|--dist|--jobs|--patches)
+            --source|--cache|--dist|--jobs|--patches|--prefix)
                 [[ $# -ge 2 && -n $2 ]] || die 2 "$1 needs a value (see --help)"
                 case $1 in
                     --source) SOURCE=$2 ;; --cache) CACHE=$2 ;; --dist) DIST=$2 ;;
-                    --jobs) JOBS=$2 ;; --patches) PATCHES=$2 ;;
+                    --jobs) JOBS=$2 ;; --patches) PATCHES=$2 ;; --prefix) PREFIX=$2 ;;
                 esac
                 shift 2 ;;
             --source=*) SOURCE=${1#*=}; shift ;;
@@ -189,6 +191,7 @@ parse_args() {
             --dist=*) DIST=${1#*=}; shift ;;
             --jobs=*) JOBS=${1#*=}; shift ;;
             --patches=*) PATCHES=${1#*=}; shift ;;
+            --prefix=*) PREFIX=${1#*=}; shift ;;
             --offline) OFFLINE=1; shift ;;
             --optimize) OPTIMIZE=1; shift ;;
             --no-deps) NO_DEPS=1; shift ;;
@@ -223,12 +226,19 @@ parse_args() {
         update-checksums|print-config) [[ ${#FLAVOURS[@]} -eq 0 ]] ||
             die 2 "--$MODE takes no flavour" ;;
     esac
+    [[ -z $PREFIX || ${#FLAVOURS[@]} -le 1 ]] ||
+        die 2 "--prefix/BRC_MERGE_PREFIX installs one flavour; got ${FLAVOURS[*]}"
     # Absolute paths: they end up in configure flags and symlinks.
     CACHE=$(realpath -m -- "$CACHE")
     DIST=$(realpath -m -- "$DIST")
     PATCHES=$(realpath -m -- "$PATCHES")
     [[ -z $SOURCE ]] || SOURCE=$(realpath -m -- "$SOURCE")
+    [[ -z $PREFIX ]] || PREFIX=$(realpath -m -- "$PREFIX")
+    [[ $PREFIX != / ]] || die 2 "--prefix/BRC_MERGE_PREFIX must not be /"
 }
+
+# Where FLAVOUR is installed: --prefix/BRC_MERGE_PREFIX, else $CACHE/install/FLAVOUR.
+install_prefix() { printf '%s\n' "${PREFIX:-$CACHE/install/$1}"; }
 
 # Load the pinned base; everything version-specific hangs off PY_VERSION.
 load_base() {
@@ -434,7 +444,7 @@ ensure_source_tree() {
 # ---------------------------------------------------------------------------
 configure_flags() {  # configure_flags FLAVOUR -> CONF_FLAGS array
     local -n own="CONFIGURE_FLAGS_${1//-/_}"
-    CONF_FLAGS=(--prefix="$CACHE/install/$1" "${CONFIGURE_FLAGS_COMMON[@]}" "${own[@]}")
+    CONF_FLAGS=(--prefix="$(install_prefix "$1")" "${CONFIGURE_FLAGS_COMMON[@]}" "${own[@]}")
     [[ $OPTIMIZE == 0 ]] || CONF_FLAGS+=("${CONFIGURE_FLAGS_OPTIMIZE[@]}")
     CONF_FLAGS+=("CFLAGS=$CONFIGURE_CFLAGS")
 }
@@ -473,11 +483,19 @@ full_key() {  # full_key FLAVOUR
 }
 
 up_to_date() {  # up_to_date FLAVOUR KEY -> 0 if installed with this key
-    local keyfile=$CACHE/install/$1/.brc-merge-key
-    [[ -f $keyfile && -x $CACHE/install/$1/bin/python3 ]] && [[ "$(cat "$keyfile")" == "$2" ]]
+    local prefix
+    prefix=$(install_prefix "$1")
+    [[ -f $prefix/.brc-merge-key && -x $prefix/bin/python3 ]] && [[ "$(cat "$prefix/.brc-merge-key")" == "$2" ]]
 }
 
-dist_link_ok() { [[ -L $DIST/$1 && "$(readlink "$DIST/$1")" == "$CACHE/install/$1" ]]; }
+# A --prefix that exists, is not empty and has no .brc-merge-key is not ours to replace.
+foreign_prefix() {  # foreign_prefix FLAVOUR -> 0 if so
+    local prefix
+    prefix=$(install_prefix "$1")
+    [[ -n $PREFIX && -e $prefix && ! -f $prefix/.brc-merge-key ]] && [[ -n "$(ls -A "$prefix")" ]]
+}
+
+dist_link_ok() { [[ -L $DIST/$1 && "$(readlink "$DIST/$1")" == "$(install_prefix "$1")" ]]; }
 
 link_dist() {  # atomically point DIST/FLAVOUR at the install
     local f=$1
@@ -486,7 +504,7 @@ link_dist() {  # atomically point DIST/FLAVOUR at the install
         die 1 "$DIST/$f exists and is not a symlink; move it away first"
     fi
     local tmp=$DIST/.$f.tmp.$$
-    ln -sfn "$CACHE/install/$f" "$tmp"
+    ln -sfn "$(install_prefix "$f")" "$tmp"
     mv -T "$tmp" "$DIST/$f"
 }
 
@@ -658,7 +676,7 @@ stage_install() {  # stage_install FLAVOUR -> STAGED_PREFIX
     # the real prefix "already satisfied" and so puts no pip into DESTDIR.
     make -C "$CACHE/build/$f/obj" install DESTDIR="$stage" ENSUREPIP=no
     install_bundled_pip "$f" "$stage"
-    STAGED_PREFIX=$stage$CACHE/install/$f
+    STAGED_PREFIX=$stage$(install_prefix "$f")
     [[ -x $STAGED_PREFIX/bin/python3 ]] || stage_fail "make install did not produce $STAGED_PREFIX/bin/python3"
 }
 
@@ -695,12 +713,15 @@ stage_smoke() {  # stage_smoke FLAVOUR PREFIX
 }
 
 stage_activate() {  # stage_activate FLAVOUR KEY
-    local f=$1 key=$2 prefix=$CACHE/install/$1
+    local f=$1 key=$2 prefix
+    prefix=$(install_prefix "$1")
     printf '%s\n' "$key" >"$STAGED_PREFIX/.brc-merge-key"
-    mkdir -p "$CACHE/install"
+    # Never replace a directory we did not install (think --prefix /usr/local).
+    ! foreign_prefix "$f" || stage_fail "refusing to replace $prefix: not empty and not a brc-merge install"
+    mkdir -p "$(dirname "$prefix")"
     local old=""
     if [[ -e $prefix ]]; then
-        old=$CACHE/install/.$f.old.$$
+        old=$(dirname "$prefix")/.$(basename "$prefix").old.$$
         ACTIVATE_RESTORE=("$old" "$prefix")   # on_exit puts it back if we die here,
         TMP_PATHS+=("$old")                   # or deletes it if the new one is in
         mv -T "$prefix" "$old"
@@ -736,9 +757,12 @@ build_flavour() {  # build_flavour FLAVOUR
             link_dist "$f"
             say "$f up to date (relinked $DIST/$f)"
         fi
-        [[ $QUIET == 0 ]] || printf '%s %s -> %s (up to date)\n' "$(elapsed)" "$DIST/$f" "$CACHE/install/$f"
+        [[ $QUIET == 0 ]] || printf '%s %s -> %s (up to date)\n' "$(elapsed)" "$DIST/$f" "$(install_prefix "$f")"
         exec {lockfd}>&-
         return
+    fi
+    if foreign_prefix "$f"; then
+        die 1 "refusing to install $f into $(install_prefix "$f"): it is not empty and not a brc-merge install (no .brc-merge-key); choose another --prefix/BRC_MERGE_PREFIX or remove it first"
     fi
     local logs=$b/logs
     run_stage patch "$f" "$logs" stage_patch "$f"
@@ -749,7 +773,7 @@ build_flavour() {  # build_flavour FLAVOUR
     run_stage install "$f" "$logs" stage_install "$f"
     run_stage smoke "$f" "$logs" stage_smoke "$f" "$STAGED_PREFIX"
     run_stage activate "$f" "$logs" stage_activate "$f" "$key"
-    [[ $QUIET == 0 ]] || printf '%s %s -> %s (built)\n' "$(elapsed)" "$DIST/$f" "$CACHE/install/$f"
+    [[ $QUIET == 0 ]] || printf '%s %s -> %s (built)\n' "$(elapsed)" "$DIST/$f" "$(install_prefix "$f")"
     exec {lockfd}>&-
 }
 
@@ -827,7 +851,7 @@ main() {
     case $MODE in
         print-config)
             printf '%s=%s\n' BRC_MERGE_SOURCE "$SOURCE" BRC_MERGE_CACHE "$CACHE" \
-                BRC_MERGE_DIST "$DIST" BRC_MERGE_JOBS "$JOBS" BRC_MERGE_PATCHES "$PATCHES" \
+                BRC_MERGE_DIST "$DIST" BRC_MERGE_PREFIX "$PREFIX" BRC_MERGE_JOBS "$JOBS" BRC_MERGE_PATCHES "$PATCHES" \
                 BRC_MERGE_OFFLINE "$OFFLINE" BRC_MERGE_OPTIMIZE "$OPTIMIZE" BRC_MERGE_NO_DEPS "$NO_DEPS" \
                 BRC_MERGE_QUIET "$QUIET" PY_VERSION "$PY_VERSION"
             return ;;

@@ -536,6 +536,43 @@ def test_fake_build_tarball_source(fake, tmp_path):
     assert "reusing" in (fake.cache / "build" / "ft" / "logs" / "patch.log").read_text()
 
 
+
+def test_fake_build_prefix(fake, tmp_path):
+    """--prefix/BRC_MERGE_PREFIX installs the flavour there (configure --prefix, key,
+    dist link), is a no-op when up to date, and never replaces a foreign directory."""
+    prefix = tmp_path / "opt" / "py"
+    p = fake.build("--prefix", prefix, "ft-brc")
+    assert p.returncode == 0, p.out
+    assert (prefix / "bin" / "python3").exists() and (prefix / ".brc-merge-key").exists()
+    assert os.readlink(fake.dist / "ft-brc") == str(prefix)
+    args = (fake.cache / "build" / "ft-brc" / "obj" / "configure-args.txt").read_text().split("\n")
+    assert f"--prefix={prefix}" in args
+    assert f"configure --prefix={prefix} " in (prefix / ".brc-merge-key").read_text()
+    assert not (fake.cache / "install" / "ft-brc").exists()
+    assert sorted(x.name for x in prefix.parent.iterdir()) == ["py"]    # no .py.old left
+
+    p = fake.build("ft-brc", BRC_MERGE_PREFIX=prefix)                   # env form; warm: no-op
+    assert p.returncode == 0 and "ft-brc up to date" in p.stdout, p.out
+    assert "--prefix" in fake.build("--help").stdout
+    assert f"BRC_MERGE_PREFIX={prefix}\n" in fake.build("--print-config", BRC_MERGE_PREFIX=prefix).stdout
+
+    p = fake.build("--prefix", prefix, "ft", "ft-brc")                  # one flavour only
+    assert p.returncode == 2 and "one flavour" in p.stderr, p.out
+
+    foreign = tmp_path / "local"
+    (foreign / "bin").mkdir(parents=True)
+    (foreign / "bin" / "tool").write_text("someone else's\n")
+    p = fake.build("--prefix", foreign, "ft")
+    assert p.returncode == 1 and "refusing" in p.stderr and str(foreign) in p.stderr, p.out
+    assert (foreign / "bin" / "tool").read_text() == "someone else's\n"
+    assert not (foreign / "bin" / "python3").exists()
+
+    empty = tmp_path / "empty"                                          # an empty dir is fine
+    empty.mkdir()
+    p = fake.build("--prefix", empty, "ft")
+    assert p.returncode == 0 and (empty / "bin" / "python3").exists(), p.out
+
+
 # --------------------------------------------------------------------------- built flavours
 
 
