@@ -4,6 +4,7 @@
 # Pass-through variables (empty = build.sh's own default / environment):
 #   JOBS=N  SOURCE=PATH  CACHE=DIR  DIST=DIR  PATCHES=DIR  PREFIX=DIR  OPTIMIZE=1  OFFLINE=1  QUIET=1
 #   HOST_PYTHON=python3 (creates .venv for the tests)  PYTEST_ARGS=...
+#   BENCH_ARGS=... (extra bench/run.py options, e.g. --groups M1,M2)  BENCH_TORCH=1
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := ft-brc
@@ -13,6 +14,7 @@ BUILD := ./build.sh
 HOST_PYTHON ?= python3
 VENV := .venv
 PYTEST_ARGS ?=
+BENCH_ARGS ?=
 
 BUILD_ARGS := $(if $(JOBS),--jobs '$(JOBS)') $(if $(SOURCE),--source '$(SOURCE)') \
 	$(if $(CACHE),--cache '$(CACHE)') $(if $(DIST),--dist '$(DIST)') \
@@ -20,8 +22,8 @@ BUILD_ARGS := $(if $(JOBS),--jobs '$(JOBS)') $(if $(SOURCE),--source '$(SOURCE)'
 	$(if $(filter 1 yes true,$(OPTIMIZE)),--optimize) \
 	$(if $(filter 1 yes true,$(OFFLINE)),--offline) $(if $(filter 1 yes true,$(QUIET)),--quiet)
 
-.PHONY: help ft-brc ft gil flavours test venv clean distclean checksums
-# Later: bench, image, stress, tsan (add them to .PHONY and `help`).
+.PHONY: help ft-brc ft gil flavours test venv bench bench-fast bench-venv clean distclean checksums
+# Later: image, stress, tsan (add them to .PHONY and `help`).
 
 help: ## this list (default target: ft-brc)
 	@echo "make [TARGET] [JOBS=N SOURCE=PATH CACHE=DIR DIST=DIR PATCHES=DIR OPTIMIZE=1 OFFLINE=1]"
@@ -61,6 +63,20 @@ venv: ## create/refresh .venv (host python3 + tests/requirements.txt)
 
 test: flavours venv ## build all flavours, then run pytest tests/
 	$(if $(DIST),BRC_MERGE_DIST='$(DIST)') $(VENV)/bin/pytest tests/ $(PYTEST_ARGS)
+
+# bench/requirements.txt (pyperf, matplotlib, pyperformance) on top of .venv.
+bench-venv: venv
+	@if [[ bench/requirements.txt -nt $(VENV)/.bench-requirements-stamp ]]; then \
+		set -e; \
+		$(VENV)/bin/python -m pip install -q --disable-pip-version-check -r bench/requirements.txt; \
+		touch $(VENV)/.bench-requirements-stamp; \
+	fi
+
+bench: flavours bench-venv ## full benchmarks (~20 min) -> bench/results/<timestamp>/report.md
+	$(if $(DIST),BRC_MERGE_DIST='$(DIST)') $(VENV)/bin/python bench/run.py --mode full $(BENCH_ARGS)
+
+bench-fast: flavours bench-venv ## quick benchmarks (<= 3 min, CI) -> bench/results/fast/report.md
+	$(if $(DIST),BRC_MERGE_DIST='$(DIST)') $(VENV)/bin/python bench/run.py --mode fast $(BENCH_ARGS)
 
 clean: ## remove the dist/ symlinks and .venv (keeps every cache)
 	@dist=$$($(BUILD) $(BUILD_ARGS) --print-config | sed -n 's/^BRC_MERGE_DIST=//p'); \

@@ -1,0 +1,123 @@
+"""Helpers shared by the bench/bm_*.py scripts.
+
+These scripts run under the interpreter being measured (dist/<flavour>, in
+its bench/.venvs/<flavour> venv with pyperf installed); keep this module
+stdlib + pyperf only.
+"""
+
+import json
+import mmap
+import os
+import sys
+import threading
+import time
+
+PAGE = mmap.PAGESIZE
+MiB = 1 << 20
+KNOB = "PYTHON_BRC_MERGE_THRESHOLD"
+
+
+def rss():
+    """Resident set size of this process in bytes (/proc/self/statm)."""
+    with open("/proc/self/statm", "rb") as f:
+        return int(f.read().split()[1]) * PAGE
+
+
+def touch(buf, value=1):
+    """Write one byte per page so that a mapping is really resident."""
+    for off in range(0, len(buf), PAGE):
+        buf[off] = value
+
+
+def thread_state(native_id):
+    """Kernel scheduling state ('R', 'S', ...) of a thread of this process,
+    or None if it is gone.  'S' means sleeping in the kernel; CPython
+    detaches its thread state before any such blocking call."""
+    try:
+        with open("/proc/self/task/%d/stat" % native_id, "rb") as f:
+            data = f.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return data[data.rindex(b")") + 2:].split()[0].decode()
+
+
+def wait_sleeping(native_ids, timeout=10.0, poll=0.0002):
+    """Poll until every thread in native_ids is sleeping in the kernel."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if all(thread_state(n) == "S" for n in native_ids):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError("threads %r not blocked after %.1fs"
+                               % (native_ids, timeout))
+        time.sleep(poll)
+
+
+class RssSampler(threading.Thread):
+    """Samples RSS every `interval` seconds into self.samples [(t, rss)].
+
+    Allocation-light on purpose (one pread per sample on an open fd)."""
+
+    def __init__(self, interval=0.005, t0=None):
+        super().__init__(name="rss-sampler", daemon=True)
+        self.interval = interval
+        self.t0 = time.monotonic() if t0 is None else t0
+        self.samples = []
+        self._halt = threading.Event()
+
+    def run(self):
+        fd = os.open("/proc/self/statm", os.O_RDONLY)
+        try:
+            while not self._halt.is_set():
+                data = os.pread(fd, 128, 0)
+                self.samples.append((time.monotonic() - self.t0,
+                                     int(data.split()[1]) * PAGE))
+                self._halt.wait(self.interval)
+        finally:
+            os.close(fd)
+
+    def stop(self):
+        self._halt.set()
+        self.join()
+
+
+def brc_stats():
+    """sys._brc_stats() on ft-brc, else None."""
+    fn = getattr(sys, "_brc_stats", None)
+    return dict(fn()) if fn is not None else None
+
+
+def interpreter_metadata():
+    """Extra pyperf metadata naming the flavour and knob in force."""
+    md = {}
+    gil = getattr(sys, "_is_gil_enabled", None)
+    md["gil_enabled"] = str(gil() if gil else True)
+    if KNOB in os.environ:
+        md["brc_merge_threshold"] = os.environ[KNOB]
+    flavour = os.environ.get("BENCH_FLAVOUR")
+    if flavour:
+        md["bench_config"] = flavour
+    return md
+
+
+def record(filename, name, values, unit="second", extra=None):
+    """Append one pyperf run of `values` for benchmark `name` to `filename`
+    (created if missing), so that `pyperf compare_to` and `pyperf stats`
+    work on measurements we took ourselves (memory, latency)."""
+    import pyperf
+
+    md = {"name": name, "unit": unit}
+    md.update(interpreter_metadata())
+    if extra:
+        md.update(extra)
+    values = [max(float(v), 1e-12) if unit == "second" else v
+              for v in values]
+    run = pyperf.Run(values, metadata=md, collect_metadata=True)
+    pyperf.add_runs(filename, pyperf.Benchmark([run]))
+
+
+def write_json(filename, obj):
+    tmp = filename + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f)
+    os.replace(tmp, filename)

@@ -1,0 +1,174 @@
+"""T1: cost of cross-thread hand-offs when BRC enqueueing is hot.
+
+pyperf Runner script.  Two workloads, each measured twice -- wall time and
+CPU time of all threads (time.process_time()) -- as separate benchmarks:
+
+  t1_pingpong_{cpu,wall}  queue.Queue ping-pong of small objects between
+      two threads.  Each thread drops the object it received -- created by
+      the other thread, which is by then blocked in its own get() -- so
+      every hand-off queues an object to a blocked (detached) owner.
+      Values are per round trip (PINGPONG of them per loop).
+  t1_clear_{cpu,wall}  OWNERS threads each build a list of OBJECTS small
+      objects and block on a threading.Barrier; the main thread waits until
+      they sleep in the kernel, then clears every list (thousands of objects
+      queued to blocked owners) and releases them.  Values are per round
+      (CLEAR_ROUNDS of them per loop); the owners' own merging after they
+      wake is inside the timed region too (the next round starts with a
+      barrier all of them pass).
+
+The knob is read from the environment: run with
+PYTHON_BRC_MERGE_THRESHOLD=N and --inherit-environ=PYTHON_BRC_MERGE_THRESHOLD
+(bench/run.py does) so that pyperf's worker processes see it.  GC is
+disabled in the workers: a collection merges all queues at random points.
+
+Also usable without pyperf for a fixed, tiny workload (callgrind):
+
+    python bm_t1_handoff.py --fixed N     # N ping-pongs + N/10-object clear
+"""
+
+import gc
+import os
+import queue
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _util as u  # noqa: E402
+
+PINGPONG = 500      # round trips per loop (values are per round trip)
+OWNERS = 2          # owner threads in the clear workload
+OBJECTS = 5000      # objects per owner per round
+CLEAR_ROUNDS = 16   # rounds per loop (values are per round)
+
+
+class Small:
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+
+# --------------------------------------------------------------------------
+# (a) queue ping-pong
+
+def pingpong(n, clock):
+    to_b = queue.Queue()
+    to_a = queue.Queue()
+
+    def b_side():
+        for i in range(n):
+            obj = to_b.get()        # created by A, A now blocks in get()
+            del obj                 # last ref: queued to blocked A
+            to_a.put(Small(i))
+        to_b.get()
+
+    tb = threading.Thread(target=b_side)
+    tb.start()
+    t0 = clock()
+    for i in range(n):
+        to_b.put(Small(i))
+        obj = to_a.get()            # created by B, B now blocks in get()
+        del obj                     # last ref: queued to blocked B
+    t1 = clock()
+    to_b.put(None)
+    tb.join()
+    return t1 - t0
+
+
+# --------------------------------------------------------------------------
+# (b) one thread clears objects owned by threads blocked on a Barrier
+
+class ClearWorkload:
+    def __init__(self, owners, objects):
+        self.owners = owners
+        self.objects = objects
+        self.slots = [None] * owners
+        self.built = threading.Barrier(owners + 1)
+        self.cleared = threading.Barrier(owners + 1)
+        self.stop = False
+        self.threads = [threading.Thread(target=self._owner, args=(k,),
+                                         daemon=True)
+                        for k in range(owners)]
+        for t in self.threads:
+            t.start()
+
+    def _owner(self, k):
+        n = self.objects
+        while True:
+            self.built.wait()
+            if self.stop:
+                return
+            self.slots[k] = [Small(i) for i in range(n)]
+            self.built.wait()       # tell main the lists are ready
+            self.cleared.wait()     # blocked (detached) while main clears
+
+    def round(self):
+        self.built.wait()           # owners start building
+        self.built.wait()           # ... and are done
+        u.wait_sleeping([t.native_id for t in self.threads])
+        for k in range(self.owners):
+            self.slots[k].clear()   # drop OBJECTS objects owned by k
+            self.slots[k] = None
+        self.cleared.wait()
+
+    def close(self):
+        self.stop = True
+        self.built.wait()
+        for t in self.threads:
+            t.join()
+
+
+_clear = None
+
+
+def clear(loops, clock):
+    global _clear
+    if _clear is None:
+        _clear = ClearWorkload(OWNERS, OBJECTS)
+        _clear.round()              # warm the threads up
+    t0 = clock()
+    for _ in range(loops * CLEAR_ROUNDS):
+        _clear.round()
+    return clock() - t0
+
+
+# --------------------------------------------------------------------------
+
+def bench_pingpong(loops, clock):
+    total = 0.0
+    for _ in range(loops):
+        total += pingpong(PINGPONG, clock)
+    return total
+
+
+def fixed(n):
+    """Deterministic small workload for instruction counting."""
+    gc.disable()
+    if n:
+        pingpong(n, time.perf_counter)
+        w = ClearWorkload(OWNERS, max(1, n // 10))
+        w.round()
+        w.close()
+
+
+def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--fixed":
+        fixed(int(sys.argv[2]))
+        return
+    import pyperf
+
+    gc.disable()
+    runner = pyperf.Runner()
+    runner.metadata.update(u.interpreter_metadata())
+    runner.metadata["t1_pingpong_round_trips"] = PINGPONG
+    runner.metadata["t1_clear_objects"] = OWNERS * OBJECTS
+    cpu, wall = time.process_time, time.perf_counter
+    for name, func, inner in (("t1_pingpong", bench_pingpong, PINGPONG),
+                              ("t1_clear", clear, CLEAR_ROUNDS)):
+        runner.bench_time_func(name + "_cpu", func, cpu, inner_loops=inner)
+        runner.bench_time_func(name + "_wall", func, wall, inner_loops=inner)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,645 @@
+"""Turn a results dir of bench/run.py into compare_to tables, plots and
+report.md.  Runs in the host venv (pyperf, matplotlib).
+
+    python bench/report.py RESULTS_DIR
+"""
+
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pyperf
+
+MiB = 1 << 20
+T1_ORDER = ["ft-brc-t0", "ft-brc", "ft-brc-t2", "ft-brc-t10", "ft-brc-t100",
+            "ft"]
+FLAVOUR_ORDER = ["gil", "ft", "ft-brc"]
+LABEL = {"ft-brc": "ft-brc (default, =1)", "ft-brc-t0": "ft-brc t=0 (off)",
+         "ft-brc-t2": "ft-brc t=2", "ft-brc-t10": "ft-brc t=10",
+         "ft-brc-t100": "ft-brc t=100"}
+T1_BENCHES = ["t1_pingpong_cpu", "t1_pingpong_wall", "t1_clear_cpu",
+              "t1_clear_wall"]
+T2_BENCHES = ["t2_nbody", "t2_dict_str", "t2_alloc", "t2_recursion"]
+
+# Goals from the issue
+GOAL_M1 = 1.05      # ft-brc RSS <= 1.05 x gil
+GOAL_M2 = 1e-3      # ft-brc p99 free latency <= 1 ms
+GOAL_T1 = 1.02      # ft-brc default CPU time <= 1.02 x threshold 0
+
+
+def label(config):
+    return LABEL.get(config, config)
+
+
+# --------------------------------------------------------------------------
+# data access
+
+def load_suites(results):
+    suites = {}
+    for f in sorted(results.glob("*.json")):
+        if f.name in ("info.json", "callgrind.json"):
+            continue
+        try:
+            suites[f.stem] = pyperf.BenchmarkSuite.load(str(f))
+        except Exception as exc:        # a half-written file: report it
+            print("report: cannot load %s: %s" % (f, exc), file=sys.stderr)
+    return suites
+
+
+def get_bench(suites, config, name):
+    suite = suites.get(config)
+    if suite is None:
+        return None
+    try:
+        return suite.get_benchmark(name)
+    except KeyError:
+        return None
+
+
+def values_by_round(bench):
+    """{round: [values]} using the bench_round metadata run.py sets."""
+    out = {}
+    for run in bench.get_runs():
+        if not run.values:
+            continue
+        md = run.get_metadata()
+        r = int(md.get("bench_round", 0))
+        loops = md.get("loops", 1) * md.get("inner_loops", 1)
+        # Run.values are already per-loop for Runner benchmarks
+        del loops
+        out.setdefault(r, []).extend(run.values)
+    return out
+
+
+def all_values(bench):
+    return list(bench.get_values())
+
+
+def pct(values, p):
+    s = sorted(values)
+    if not s:
+        return float("nan")
+    k = (len(s) - 1) * p / 100.0
+    lo = int(k)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def summary(values):
+    return {
+        "n": len(values),
+        "median": statistics.median(values),
+        "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+        "min": min(values),
+        "max": max(values),
+    }
+
+
+def round_ratios(bench, ref):
+    """Per-round ratio of medians bench/ref over the rounds both have."""
+    a = values_by_round(bench)
+    b = values_by_round(ref)
+    return [statistics.median(a[r]) / statistics.median(b[r])
+            for r in sorted(set(a) & set(b))]
+
+
+def fmt_ratio(ratios):
+    if not ratios:
+        return "n/a"
+    med = statistics.median(ratios)
+    if len(ratios) == 1:
+        return "%.3fx" % med
+    return "%.3fx [%.3f-%.3f]" % (med, min(ratios), max(ratios))
+
+
+def fmt_time(sec):
+    if sec >= 1:
+        return "%.2f s" % sec
+    if sec >= 1e-3:
+        return "%.2f ms" % (sec * 1e3)
+    return "%.1f us" % (sec * 1e6)
+
+
+def fmt_value(bench, v):
+    unit = bench.get_unit()
+    if unit == "byte":
+        return "%.1f MiB" % (v / MiB)
+    if unit == "second":
+        return fmt_time(v)
+    return "%g" % v
+
+
+def fmt_summary(bench):
+    s = summary(all_values(bench))
+    return "%s +- %s (n=%d)" % (fmt_value(bench, s["median"]),
+                                fmt_value(bench, s["std"]), s["n"])
+
+
+# --------------------------------------------------------------------------
+# compare_to
+
+def compare_to(results, ref, others, names, suites):
+    files = [c for c in [ref] + others if c in suites]
+    names = [n for n in names
+             if all(get_bench(suites, c, n) is not None for c in files)]
+    if len(files) < 2 or not names:
+        return None
+    cmd = [sys.executable, "-m", "pyperf", "compare_to", "--table"]
+    for n in names:
+        cmd += ["-b", n]
+    cmd += [str(results / (c + ".json")) for c in files]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    return (" ".join(["pyperf compare_to --table"] +
+                     ["-b " + n for n in names] +
+                     [c + ".json" for c in files])
+            + "\n" + (p.stdout + p.stderr).rstrip())
+
+
+# --------------------------------------------------------------------------
+# plots
+
+def plot_memory(results, out):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    drew = False
+    for config in FLAVOUR_ORDER:
+        f = results / "timelines" / ("m1_%s.json" % config)
+        if not f.exists():
+            continue
+        d = json.loads(f.read_text())
+        t = [s[0] for s in d["samples"]]
+        r = [s[1] / MiB for s in d["samples"]]
+        ax.plot(t, r, label=label(config), linewidth=1)
+        drew = True
+    if not drew:
+        plt.close(fig)
+        return False
+    ax.set_xlabel("time since start of the producer run (s)")
+    ax.set_ylabel("producer RSS (MiB)")
+    ax.set_title("M1: DataLoader-like producer memory over time (last round)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def plot_latency(suites, out):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    drew = False
+    for config in FLAVOUR_ORDER:
+        b = get_bench(suites, config, "m2_free_latency")
+        if b is None:
+            continue
+        v = sorted(x * 1e3 for x in all_values(b))
+        y = [(i + 1) / len(v) for i in range(len(v))]
+        ax.step(v, y, where="post", label=label(config))
+        drew = True
+    if not drew:
+        plt.close(fig)
+        return False
+    ax.set_xscale("log")
+    ax.set_xlabel("last decref -> weakref callback (ms, log scale)")
+    ax.set_ylabel("fraction of samples (ECDF)")
+    ax.axvline(1.0, color="grey", linestyle=":", linewidth=1)
+    ax.set_title("M2: free latency, owner thread blocked")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def plot_throughput(suites, out):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = []
+    # T1: throughput relative to ft-brc threshold 0, per benchmark
+    t1 = []
+    for name in T1_BENCHES:
+        ref = get_bench(suites, "ft-brc-t0", name)
+        for config in T1_ORDER[1:]:
+            b = get_bench(suites, config, name)
+            if ref is None or b is None:
+                continue
+            r = [1 / x for x in round_ratios(b, ref)]
+            if r:
+                t1.append(("%s\n%s" % (name[3:], label(config)), r))
+    if t1:
+        panels.append(("T1: throughput vs ft-brc threshold 0 (higher is "
+                       "better)", t1))
+    t2 = []
+    names = list(T2_BENCHES)
+    for suite in suites.values():
+        names += [n for n in suite.get_benchmark_names()
+                  if n.startswith("pp_") and n not in names]
+    for name in names:
+        ref = get_bench(suites, "ft", name)
+        for config in ("ft-brc", "gil"):
+            b = get_bench(suites, config, name)
+            if ref is None or b is None:
+                continue
+            r = [1 / x for x in round_ratios(b, ref)]
+            if r:
+                t2.append(("%s %s" % (name, config), r))
+    if t2:
+        panels.append(("T2: single-thread throughput vs ft (higher is "
+                       "better)", t2))
+    if not panels:
+        return False
+    fig, axes = plt.subplots(len(panels), 1,
+                             figsize=(9, 1.2 + 0.32 * sum(len(p[1])
+                                                          for p in panels)
+                                      + 1.0 * len(panels)),
+                             squeeze=False)
+    for ax, (title, rows) in zip(axes[:, 0], panels):
+        labels = [r[0].replace("\n", " ") for r in rows]
+        med = [statistics.median(r[1]) for r in rows]
+        lo = [m - min(r[1]) for m, r in zip(med, rows)]
+        hi = [max(r[1]) - m for m, r in zip(med, rows)]
+        y = list(range(len(rows)))
+        ax.barh(y, med, xerr=[lo, hi], color="tab:blue", alpha=0.7,
+                capsize=2)
+        ax.set_yticks(y)
+        ax.set_yticklabels(labels, fontsize=7)
+        ax.axvline(1.0, color="black", linewidth=0.8)
+        ax.invert_yaxis()
+        ax.set_title(title, fontsize=9)
+        ax.grid(alpha=0.3, axis="x")
+        ax.set_xlabel("ratio (bar: median of per-round ratios; whiskers: "
+                      "min-max over rounds)", fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return True
+
+
+# --------------------------------------------------------------------------
+# report
+
+def write_report(results):
+    results = Path(results).resolve()
+    info_file = results / "info.json"
+    info = json.loads(info_file.read_text()) if info_file.exists() else {}
+    suites = load_suites(results)
+    md = []
+    goals = []
+    w = md.append
+
+    mach = info.get("machine", {})
+    w("# brc-merge benchmarks (%s)" % info.get("mode", "?"))
+    w("")
+    w("Started %s, took %s s. Results: `%s` (pyperf JSON per configuration)."
+      % (info.get("started", "?"), info.get("elapsed_s", "?"),
+         results.name))
+    w("")
+    w("| | |")
+    w("|---|---|")
+    w("| machine | %s cores, %s, %s RAM |" % (mach.get("nproc"),
+                                              mach.get("cpu"),
+                                              mach.get("memory")))
+    w("| kernel | %s |" % mach.get("kernel"))
+    w("| commit | %s%s |" % (mach.get("commit"),
+                             " (patches/ or bench/ modified)"
+                             if mach.get("dirty") else ""))
+    w("| patch series sha256 | `%s` (%s) |"
+      % (str(mach.get("series_sha256", ""))[:16],
+         ", ".join("%s %s" % (k[:4], v)
+                   for k, v in mach.get("patches", {}).items())))
+    for f, d in mach.get("flavours", {}).items():
+        w("| %s | %s; configure `%s`; build key %s |"
+          % (f, d.get("version"), d.get("configure"),
+             d.get("build_key_sha256")))
+    if info.get("knob_check"):
+        w("| threshold in force | %s |" % ", ".join(
+            "%s: %s" % (k, v) for k, v in info["knob_check"].items()))
+    if info.get("group_seconds"):
+        w("| time per group | %s |" % ", ".join(
+            "%s %ss" % kv for kv in info["group_seconds"].items()))
+    if info.get("warning"):
+        w("| WARNING | %s |" % info["warning"])
+    w("")
+    w("Ratios are per-round ratios of medians (every round runs all "
+      "configurations back to back, in rotated order), given as median "
+      "[min-max] over rounds. Values are median +- standard deviation over "
+      "all values. The machine is noisy; trust the callgrind counts and "
+      "compare_to's significance more than small wall-time differences.")
+    w("")
+    w("GOALS_PLACEHOLDER")
+    w("")
+
+    # ---- M1
+    w("## M1: DataLoader-like producer memory")
+    w("")
+    w("Producer process: the multiprocessing.Queue feeder thread creates "
+      "shared-memory storages while pickling (registered in a producer-side "
+      "registry); the main thread drops them when the consumer acks, while "
+      "the feeder is blocked waiting for the next batch. RSS sampled every "
+      "5 ms. *Steady* is the time-average between the first and last ack.")
+    w("")
+    ref_peak = get_bench(suites, "gil", "m1_peak_rss")
+    ref_steady = get_bench(suites, "gil", "m1_steady_rss")
+    rows = []
+    for config in FLAVOUR_ORDER:
+        peak = get_bench(suites, config, "m1_peak_rss")
+        steady = get_bench(suites, config, "m1_steady_rss")
+        if peak is None:
+            continue
+        rp = round_ratios(peak, ref_peak) if ref_peak else []
+        rs = round_ratios(steady, ref_steady) if ref_steady else []
+        tl = results / "timelines" / ("m1_%s.json" % config)
+        extra = ""
+        if tl.exists():
+            d = json.loads(tl.read_text())
+            extra = "%.0f MiB" % (d["baseline_rss"] / MiB)
+            if d.get("brc_stats"):
+                extra += "; merged on behalf %d, by owner %d, suspend failed %d" % (
+                    d["brc_stats"].get("merged_on_behalf", 0),
+                    d["brc_stats"].get("merged_by_owner", 0),
+                    d["brc_stats"].get("suspend_failed", 0))
+        rows.append("| %s | %s | %s | %s | %s | %s |" % (
+            label(config), fmt_summary(peak), fmt_ratio(rp),
+            fmt_summary(steady), fmt_ratio(rs), extra))
+        if config == "ft-brc":
+            if rp:
+                goals.append(("M1 peak RSS ft-brc / gil <= %.2f" % GOAL_M1,
+                              fmt_ratio(rp),
+                              statistics.median(rp) <= GOAL_M1))
+            if rs:
+                goals.append(("M1 steady RSS ft-brc / gil <= %.2f" % GOAL_M1,
+                              fmt_ratio(rs),
+                              statistics.median(rs) <= GOAL_M1))
+    if rows:
+        w("| config | peak RSS | peak / gil | steady RSS | steady / gil | "
+          "baseline; brc stats (last round) |")
+        w("|---|---|---|---|---|---|")
+        md.extend(rows)
+        w("")
+        if plot_memory(results, results / "m1_memory.png"):
+            w("![M1 memory over time](m1_memory.png)")
+            w("")
+        c = compare_to(results, "gil", ["ft", "ft-brc"],
+                       ["m1_peak_rss", "m1_steady_rss"], suites)
+        if c:
+            w("```\n%s\n```" % c)
+            w("")
+    else:
+        w("*not run*")
+        w("")
+
+    # ---- M2
+    w("## M2: free latency with a blocked owner")
+    w("")
+    w("Time from the last cross-thread decref to the weakref callback, the "
+      "owner thread blocked in Event.wait(50 ms) or select()+os.read() "
+      "(alternating). Stock ft frees when the owner wakes, so its latency is "
+      "bounded by that timeout.")
+    w("")
+    rows = []
+    for config in FLAVOUR_ORDER:
+        b = get_bench(suites, config, "m2_free_latency")
+        if b is None:
+            continue
+        v = all_values(b)
+        per_round = [pct(x, 99) for x in values_by_round(b).values()]
+        rows.append("| %s | %d | %s | %s | %s | %s | %s |" % (
+            label(config), len(v), fmt_time(pct(v, 50)), fmt_time(pct(v, 99)),
+            fmt_time(max(v)),
+            "%s-%s" % (fmt_time(min(per_round)), fmt_time(max(per_round))),
+            fmt_time(statistics.mean(v))))
+        if config == "ft-brc":
+            goals.append(("M2 free latency p99 ft-brc <= 1 ms",
+                          "%s (p50 %s)" % (fmt_time(pct(v, 99)),
+                                           fmt_time(pct(v, 50))),
+                          pct(v, 99) <= GOAL_M2))
+    if rows:
+        w("| config | n | p50 | p99 | max | p99 range over rounds | mean |")
+        w("|---|---|---|---|---|---|---|")
+        md.extend(rows)
+        w("")
+        if plot_latency(suites, results / "m2_latency.png"):
+            w("![M2 free latency](m2_latency.png)")
+            w("")
+    else:
+        w("*not run*")
+        w("")
+
+    # ---- T1
+    w("## T1: hand-off cost (one ft-brc binary across thresholds, and ft)")
+    w("")
+    w("pingpong: queue.Queue ping-pong of small objects between two threads "
+      "(values per round trip); clear: one thread clears 2 x 5000 small "
+      "objects owned by threads blocked on a Barrier (values per round). "
+      "*cpu* = time.process_time() (all threads), *wall* = perf_counter. "
+      "Ratios relative to ft-brc threshold 0 (stock behaviour in the same "
+      "binary).")
+    w("")
+    rows = []
+    for config in T1_ORDER:
+        cells = []
+        any_b = False
+        for name in T1_BENCHES:
+            b = get_bench(suites, config, name)
+            ref = get_bench(suites, "ft-brc-t0", name)
+            if b is None:
+                cells.append("n/a")
+                continue
+            any_b = True
+            ratio = ("" if config == "ft-brc-t0" or ref is None
+                     else "<br>%s" % fmt_ratio(round_ratios(b, ref)))
+            cells.append(fmt_summary(b) + ratio)
+            if config == "ft-brc" and name.endswith("_cpu") and ref:
+                r = round_ratios(b, ref)
+                if r:
+                    goals.append(("T1 %s: default threshold CPU / threshold 0"
+                                  " <= %.2f" % (name, GOAL_T1), fmt_ratio(r),
+                                  statistics.median(r) <= GOAL_T1))
+        if any_b:
+            rows.append("| %s | %s |" % (label(config), " | ".join(cells)))
+    if rows:
+        w("| config | %s |" % " | ".join(T1_BENCHES))
+        w("|---|%s" % ("---|" * len(T1_BENCHES)))
+        md.extend(rows)
+        w("")
+        c = compare_to(results, "ft-brc-t0", T1_ORDER[1:], T1_BENCHES, suites)
+        if c:
+            w("```\n%s\n```" % c)
+            w("")
+    else:
+        w("*not run*")
+        w("")
+    cg = results / "callgrind.json"
+    if cg.exists():
+        d = json.loads(cg.read_text())
+        w("Callgrind instruction counts (deterministic up to thread "
+          "scheduling): %s, N=%d." % (d["workload"], d["n"]))
+        w("")
+        w("| config | instructions (N) - (0) | / threshold 0 |")
+        w("|---|---|---|")
+        base = None
+        counts = d["counts"]
+        if "ft-brc-t0" in counts:
+            c0 = counts["ft-brc-t0"]
+            base = c0[str(d["n"])] - c0["0"]
+        for config in T1_ORDER:
+            if config not in counts:
+                continue
+            c = counts[config]
+            n = c[str(d["n"])] - c["0"]
+            w("| %s | %d | %s |" % (label(config), n,
+                                    "%.3fx" % (n / base) if base else "n/a"))
+        w("")
+    elif "CG" in info.get("skipped", {}):
+        w("Callgrind: skipped (%s)." % info["skipped"]["CG"])
+        w("")
+    elif info.get("mode") == "fast":
+        w("Callgrind instruction counts: full `make bench` only.")
+        w("")
+
+    # ---- T2
+    w("## T2: single-threaded workloads (no cost elsewhere)")
+    w("")
+    rows = []
+    for name in T2_BENCHES:
+        ref = get_bench(suites, "ft", name)
+        if ref is None:
+            continue
+        cells = [fmt_summary(ref)]
+        for config in ("ft-brc", "gil"):
+            b = get_bench(suites, config, name)
+            cells.append(fmt_ratio(round_ratios(b, ref)) if b else "n/a")
+        rows.append("| %s | %s |" % (name, " | ".join(cells)))
+        b = get_bench(suites, "ft-brc", name)
+    if rows:
+        w("Small pyperf benchmarks (bench/bm_t2_single.py); time ratios "
+          "relative to ft (lower is faster).")
+        w("")
+        w("| benchmark | ft | ft-brc / ft | gil / ft |")
+        w("|---|---|---|---|")
+        md.extend(rows)
+        w("")
+        c = compare_to(results, "ft", ["ft-brc", "gil"], T2_BENCHES, suites)
+        if c:
+            w("```\n%s\n```" % c)
+            w("")
+        r = []
+        for name in T2_BENCHES:
+            ref = get_bench(suites, "ft", name)
+            b = get_bench(suites, "ft-brc", name)
+            if ref and b:
+                r += round_ratios(b, ref)
+        if r:
+            goals.append(("T2 ft-brc / ft, single-threaded (within noise)",
+                          "median %.3fx over %d benchmark-rounds [%.3f-%.3f]"
+                          % (statistics.median(r), len(r), min(r), max(r)),
+                          None))
+    pp = results / "pyperformance"
+    pp_suites = {}
+    if pp.exists():
+        for f in sorted(pp.glob("*.json")):
+            pp_suites[f.stem] = pyperf.BenchmarkSuite.load(str(f))
+    if pp_suites:
+        w("pyperformance (`pyperformance run --fast`):")
+        w("")
+        ref = pp_suites.get("ft")
+        names = ref.get_benchmark_names() if ref else []
+        w("| benchmark | ft | ft-brc / ft | gil / ft |")
+        w("|---|---|---|---|")
+        for name in names:
+            rb = ref.get_benchmark(name)
+            cells = [fmt_summary(rb)]
+            for config in ("ft-brc", "gil"):
+                s = pp_suites.get(config)
+                try:
+                    b = s.get_benchmark(name) if s else None
+                except KeyError:
+                    b = None
+                cells.append("%.3fx" % (b.median() / rb.median()) if b
+                             else "n/a")
+            w("| %s | %s |" % (name, " | ".join(cells)))
+        w("")
+        files = [c for c in ("ft", "ft-brc", "gil") if c in pp_suites]
+        if len(files) > 1:
+            p = subprocess.run([sys.executable, "-m", "pyperf", "compare_to",
+                                "--table"] +
+                               [str(pp / (c + ".json")) for c in files],
+                               capture_output=True, text=True)
+            w("```\n%s\n```" % (p.stdout + p.stderr).rstrip())
+            w("")
+    if not rows and not pp_suites:
+        w("*not run*")
+        w("")
+    if plot_throughput(suites, results / "throughput.png"):
+        w("![throughput ratios](throughput.png)")
+        w("")
+
+    # ---- torch
+    w("## Real DataLoader (torch)")
+    w("")
+    torch_rows = []
+    ref = get_bench(suites, "gil", "torch_worker_peak_rss")
+    for config in FLAVOUR_ORDER:
+        for name in ("torch_worker_peak_rss", "torch_worker_steady_rss",
+                     "torch_main_peak_rss"):
+            b = get_bench(suites, config, name)
+            if b is None:
+                continue
+            r = get_bench(suites, "gil", name)
+            torch_rows.append("| %s | %s | %s | %s |" % (
+                label(config), name, fmt_summary(b),
+                fmt_ratio(round_ratios(b, r)) if r else "n/a"))
+    if torch_rows:
+        w("DataLoader(num_workers=4) over a synthetic dataset of large "
+          "tensors; RSS of the worker processes (summed) and of the main "
+          "process.")
+        w("")
+        w("| config | metric | value | / gil |")
+        w("|---|---|---|---|")
+        md.extend(torch_rows)
+        w("")
+    skipped = info.get("skipped", {})
+    torch_skips = {k: v for k, v in skipped.items() if k.startswith("TORCH")}
+    for k, v in torch_skips.items():
+        w("- %s skipped: %s" % (k, v))
+    if not torch_rows and not torch_skips:
+        w("*not run* (`make bench` only)")
+    w("")
+    del ref
+
+    other = {k: v for k, v in skipped.items() if not k.startswith("TORCH")}
+    if other:
+        w("## Skipped")
+        w("")
+        for k, v in other.items():
+            w("- %s: %s" % (k, v))
+        w("")
+
+    g = ["## Goals", "", "| goal | measured | verdict |", "|---|---|---|"]
+    for goal, measured, ok in goals:
+        verdict = ("see table" if ok is None else "met" if ok else "NOT met")
+        g.append("| %s | %s | %s |" % (goal, measured, verdict))
+    if not goals:
+        g.append("| (no goal could be evaluated) | | |")
+    text = "\n".join(md).replace("GOALS_PLACEHOLDER", "\n".join(g))
+    (results / "report.md").write_text(text + "\n")
+    print(text)
+    return text
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    write_report(sys.argv[1])

@@ -1,0 +1,539 @@
+#!/usr/bin/env python3
+"""Benchmark orchestrator: `make bench` / `make bench-fast` run this.
+
+Runs under the host venv (.venv, with bench/requirements.txt: pyperf,
+matplotlib, pyperformance).  For every flavour in dist/ it makes a venv
+bench/.venvs/<flavour> (from dist/<flavour>/bin/python3, with pyperf) and
+runs the bench/bm_*.py scripts with it.  A *configuration* is a flavour plus
+environment (the ft-brc threshold knob), e.g. ft-brc-t0.
+
+Configurations and benchmarks are interleaved: every round runs every
+benchmark group once per configuration, in an order rotated each round, and
+all runs of a configuration are appended to <results>/<config>.json (pyperf
+JSON), so slow drifts of a noisy machine hit every configuration alike.
+Ratios are computed per round and summarised as median [min-max].
+
+    bench/run.py --mode fast|full [--results DIR] [--groups M1,M2,...]
+    bench/run.py --report-only DIR        # redo tables, plots, report.md
+
+Groups: M1 (memory), M2 (free latency), T1 (hand-off cost), T2 (single
+thread), CG (callgrind, full only), PP (pyperformance, full only),
+TORCH (full only, opt-in with BENCH_TORCH=1).
+"""
+
+import argparse
+import datetime
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+sys.path.insert(0, str(BENCH))
+import report  # noqa: E402
+
+KNOB = "PYTHON_BRC_MERGE_THRESHOLD"
+FLAVOURS = ("gil", "ft", "ft-brc")
+VENVS = BENCH / ".venvs"
+FLAVOUR_REQUIREMENTS = BENCH / "requirements-flavour.txt"
+TORCH_SPEC = os.environ.get("BENCH_TORCH_SPEC", "torch==2.14.1")
+
+# name -> (flavour, extra environment)
+CONFIGS = {
+    "gil": ("gil", {}),
+    "ft": ("ft", {}),
+    "ft-brc": ("ft-brc", {}),                 # default threshold (1)
+    "ft-brc-t0": ("ft-brc", {KNOB: "0"}),
+    "ft-brc-t2": ("ft-brc", {KNOB: "2"}),
+    "ft-brc-t10": ("ft-brc", {KNOB: "10"}),
+    "ft-brc-t100": ("ft-brc", {KNOB: "100"}),
+}
+FLAVOUR_CONFIGS = ["gil", "ft", "ft-brc"]
+T1_CONFIGS = ["ft-brc-t0", "ft-brc", "ft-brc-t2", "ft-brc-t10",
+              "ft-brc-t100", "ft"]
+
+# Per-mode settings.  fast: <= 3 minutes on 2 cores with warm venvs.
+MODES = {
+    "fast": {
+        "groups": ["M1", "M2", "T1", "T2"],
+        "rounds": {"M1": 3, "M2": 2, "T1": 2, "T2": 1},
+        "m1_args": ["--steps", "10"],
+        "m2_args": ["--samples", "30"],
+        "pyperf_args": {"T1": ["-p", "1", "-n", "4", "-w", "1"],
+                        "T2": ["-p", "2", "-n", "3", "-w", "1"]},
+    },
+    "full": {
+        "groups": ["M1", "M2", "T1", "T2", "CG", "PP", "TORCH"],
+        "rounds": {"M1": 6, "M2": 4, "T1": 5, "T2": 3, "TORCH": 3},
+        "m1_args": ["--steps", "24"],
+        "m2_args": ["--samples", "60"],
+        "pyperf_args": {"T1": ["-p", "2", "-n", "5", "-w", "1"],
+                        "T2": ["-p", "3", "-n", "5", "-w", "1"]},
+        "callgrind_n": 200,
+        "pyperformance": ["nbody", "richards", "float", "deltablue",
+                          "generators", "json_dumps"],
+    },
+}
+GROUP_SCRIPT = {"M1": "bm_m1_memory.py", "M2": "bm_m2_latency.py",
+                "T1": "bm_t1_handoff.py", "T2": "bm_t2_single.py",
+                "TORCH": "bm_torch_dataloader.py"}
+
+
+def log(msg):
+    print("[bench %s] %s" % (time.strftime("%H:%M:%S"), msg), flush=True)
+
+
+# --------------------------------------------------------------------------
+# environment
+
+def dist_dir():
+    return Path(os.environ.get("BRC_MERGE_DIST") or ROOT / "dist")
+
+
+def dist_python(flavour):
+    py = dist_dir() / flavour / "bin" / "python3"
+    return py if py.exists() and os.access(py, os.X_OK) else None
+
+
+def running_builds():
+    """Command lines of running `make -jN` / build.sh processes (a CPython
+    build on 2 cores would corrupt every timing)."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == os.getpid():
+            continue
+        try:
+            argv = (d / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        argv = [a.decode(errors="replace") for a in argv if a]
+        if not argv:
+            continue
+        prog = os.path.basename(argv[0])
+        if prog == "make" and any(a.startswith("-j") for a in argv[1:]):
+            found.append(" ".join(argv))
+        elif any(os.path.basename(a) == "build.sh" for a in argv[:2]) \
+                and "--print-config" not in argv and "--help" not in argv:
+            found.append(" ".join(argv))
+    return found
+
+
+def wait_for_builds(max_wait):
+    start = time.monotonic()
+    announced = False
+    while True:
+        builds = running_builds()
+        if not builds:
+            return
+        if not announced:
+            log("a build is running; waiting (timings would be "
+                "meaningless):\n    " + "\n    ".join(builds[:3]))
+            announced = True
+        if time.monotonic() - start > max_wait:
+            sys.exit("bench: a build is still running after %ds; giving up"
+                     % max_wait)
+        time.sleep(10)
+
+
+def clean_env(extra=None):
+    """os.environ without PYTHON* (PYTHON_GIL, PYTHONPATH, the knob...)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env.pop("VIRTUAL_ENV", None)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env.update(extra or {})
+    return env
+
+
+def ensure_venv(flavour):
+    """bench/.venvs/<flavour> with pyperf; recreated when the interpreter
+    changed (new build) or the requirements changed."""
+    base = dist_python(flavour)
+    venv = VENVS / flavour
+    py = venv / "bin" / "python"
+    stamp = venv / ".bench-stamp"
+    ident = subprocess.run([str(base), "-VV"], capture_output=True,
+                           text=True, check=True).stdout.strip()
+    key_file = dist_dir() / flavour / ".brc-merge-key"
+    want = "\n".join([
+        ident, str(base.resolve()),
+        key_file.read_text() if key_file.exists() else "",
+        FLAVOUR_REQUIREMENTS.read_text()])
+    if py.exists() and stamp.exists() and stamp.read_text() == want:
+        return py
+    log("creating %s (%s)" % (venv.relative_to(ROOT), ident.splitlines()[0]))
+    subprocess.run([str(base), "-m", "venv", "--clear", str(venv)],
+                   check=True, env=clean_env())
+    subprocess.run([str(py), "-m", "pip", "install", "-q",
+                    "--disable-pip-version-check", "-r",
+                    str(FLAVOUR_REQUIREMENTS)], check=True, env=clean_env())
+    stamp.write_text(want)
+    return py
+
+
+# --------------------------------------------------------------------------
+# running
+
+class Bench:
+    def __init__(self, mode, results, groups, rounds_override=None):
+        self.mode = mode
+        self.cfg = MODES[mode]
+        self.results = results
+        self.groups = groups
+        self.rounds_override = rounds_override
+        self.pythons = {}
+        self.skipped = {}          # group/config -> reason
+        self.timings = {}          # group -> seconds
+        self.info = {"mode": mode, "groups": groups, "started":
+                     datetime.datetime.now().isoformat(timespec="seconds")}
+
+    def rounds(self, group):
+        if self.rounds_override:
+            return self.rounds_override
+        return self.cfg["rounds"].get(group, 1)
+
+    def available(self, configs):
+        return [c for c in configs if CONFIGS[c][0] in self.pythons]
+
+    def env_for(self, config, round_no):
+        flavour, extra = CONFIGS[config]
+        env = clean_env(extra)
+        env["BENCH_FLAVOUR"] = config
+        env["BENCH_ROUND"] = str(round_no)
+        return env
+
+    def out(self, config):
+        return self.results / (config + ".json")
+
+    def run_script(self, group, config, round_no):
+        flavour, _ = CONFIGS[config]
+        py = self.pythons[flavour]
+        script = BENCH / GROUP_SCRIPT[group]
+        cmd = [str(py), str(script)]
+        if group == "M1":
+            tl = self.results / "timelines" / ("m1_%s.json" % config)
+            cmd += ["-o", str(self.out(config)), "--timeline", str(tl)]
+            cmd += self.cfg["m1_args"]
+        elif group == "M2":
+            cmd += ["-o", str(self.out(config))] + self.cfg["m2_args"]
+        elif group == "TORCH":
+            cmd += ["-o", str(self.out(config))]
+        else:
+            cmd += ["--append", str(self.out(config)), "--loops", "1",
+                    "--quiet", "--inherit-environ",
+                    ",".join([KNOB, "BENCH_FLAVOUR", "BENCH_ROUND"])]
+            cmd += self.cfg["pyperf_args"][group]
+        t = time.monotonic()
+        proc = subprocess.run(cmd, env=self.env_for(config, round_no),
+                              cwd=str(self.results), capture_output=True,
+                              text=True)
+        summary = " ".join(proc.stdout.split("\n")[-3:]).strip()
+        log("%-5s r%d %-12s %5.1fs  %s" % (group, round_no, config,
+                                           time.monotonic() - t,
+                                           summary[:110]))
+        if proc.returncode != 0:
+            sys.stderr.write(proc.stdout + proc.stderr)
+            raise SystemExit("bench: %s failed for %s (exit %d)"
+                             % (script.name, config, proc.returncode))
+
+    def check_knob(self):
+        """Ask each ft-brc configuration which threshold it really runs
+        with (_testinternalcapi probe from the patch series)."""
+        seen = {}
+        for config, (flavour, _) in CONFIGS.items():
+            if flavour != "ft-brc" or flavour not in self.pythons:
+                continue
+            code = ("import _testinternalcapi as t;"
+                    "print(t.get_brc_merge_threshold())")
+            p = subprocess.run([str(self.pythons[flavour]), "-c", code],
+                               env=self.env_for(config, 0),
+                               capture_output=True, text=True)
+            seen[config] = (p.stdout.strip() if p.returncode == 0
+                            else "probe unavailable")
+        self.info["knob_check"] = seen
+        log("threshold in force: %s" % seen)
+
+    # -- callgrind --------------------------------------------------------
+
+    def run_callgrind(self):
+        valgrind = shutil.which("valgrind")
+        if not valgrind and os.geteuid() == 0 and shutil.which("apt-get"):
+            log("installing valgrind")
+            subprocess.run(["apt-get", "install", "-y", "-q", "valgrind"],
+                           capture_output=True)
+            valgrind = shutil.which("valgrind")
+        if not valgrind:
+            self.skipped["CG"] = "valgrind not installed (apt-get install valgrind)"
+            return
+        configs = self.available(T1_CONFIGS)
+        n = self.cfg["callgrind_n"]
+        jobs = []
+        for config in configs:
+            py = self.pythons[CONFIGS[config][0]]
+            for size in (0, n):
+                cmd = [valgrind, "--tool=callgrind",
+                       "--callgrind-out-file=/dev/null", "--fair-sched=yes",
+                       str(py), str(BENCH / "bm_t1_handoff.py"), "--fixed",
+                       str(size)]
+                jobs.append((config, size, cmd))
+        counts = {}
+        # instruction counts do not depend on load: two at a time
+        running = []
+        while jobs or running:
+            while jobs and len(running) < 2:
+                config, size, cmd = jobs.pop(0)
+                p = subprocess.Popen(cmd, env=self.env_for(config, 0),
+                                     stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, text=True)
+                running.append((config, size, p))
+            config, size, p = running.pop(0)
+            err = p.communicate()[1]
+            m = re.search(r"Collected\s*:\s*(\d+)", err)
+            if p.returncode != 0 or not m:
+                raise SystemExit("callgrind failed for %s:\n%s"
+                                 % (config, err[-2000:]))
+            counts.setdefault(config, {})[size] = int(m.group(1))
+            log("CG    %-12s n=%-4d %d instructions" % (config, size,
+                                                       int(m.group(1))))
+        result = {"n": n, "workload": "bm_t1_handoff.py --fixed N: N "
+                  "ping-pong round trips + a clear of %d x N/10 objects "
+                  "owned by blocked threads; instructions of N minus "
+                  "instructions of N=0 (startup)" % 2,
+                  "counts": counts}
+        (self.results / "callgrind.json").write_text(json.dumps(result,
+                                                                indent=1))
+
+    # -- pyperformance ----------------------------------------------------
+
+    def run_pyperformance(self):
+        names = self.cfg["pyperformance"]
+        pyperformance = Path(sys.executable).parent / "pyperformance"
+        if not pyperformance.exists():
+            self.skipped["PP"] = "pyperformance is not installed in the host venv"
+            return
+        workdir = VENVS / "pyperformance"
+        workdir.mkdir(parents=True, exist_ok=True)
+        outdir = self.results / "pyperformance"
+        outdir.mkdir(exist_ok=True)
+        for flavour in [f for f in FLAVOUR_CONFIGS if f in self.pythons]:
+            base = dist_python(flavour)
+            out = outdir / (flavour + ".json")
+            cmd = [str(pyperformance), "run", "--fast", "--timeout", "600",
+                   "--python", str(base),
+                   "-b", ",".join(names), "-o", str(out)]
+            t = time.monotonic()
+            p = subprocess.run(cmd, cwd=str(workdir), env=clean_env(),
+                               capture_output=True, text=True)
+            (outdir / (flavour + ".log")).write_text(p.stdout + p.stderr)
+            log("PP    %-12s %5.1fs exit %d" % (flavour, time.monotonic() - t,
+                                               p.returncode))
+            if p.returncode != 0 or not out.exists():
+                tail = "\n".join((p.stdout + p.stderr).splitlines()[-5:])
+                self.skipped["PP/" + flavour] = (
+                    "pyperformance failed (see pyperformance/%s.log): %s"
+                    % (flavour, tail))
+
+    # -- torch ------------------------------------------------------------
+
+    def run_torch(self):
+        if os.environ.get("BENCH_TORCH") not in ("1", "yes", "true"):
+            self.skipped["TORCH"] = (
+                "opt-in: set BENCH_TORCH=1 (installs %s into each flavour's "
+                "bench venv, several GB per ABI; never in bench-fast/CI)"
+                % TORCH_SPEC)
+            return
+        ok = []
+        for flavour in [f for f in FLAVOUR_CONFIGS if f in self.pythons]:
+            py = self.pythons[flavour]
+            have = subprocess.run([str(py), "-c", "import torch"],
+                                  capture_output=True, env=clean_env())
+            if have.returncode != 0:
+                log("TORCH installing %s into %s (slow)" % (TORCH_SPEC, flavour))
+                p = subprocess.run([str(py), "-m", "pip", "install", "-q",
+                                    "--disable-pip-version-check", TORCH_SPEC],
+                                   capture_output=True, text=True,
+                                   env=clean_env())
+                if p.returncode != 0:
+                    tail = " ".join((p.stdout + p.stderr).split()[-40:])
+                    self.skipped["TORCH/" + flavour] = (
+                        "pip install %s failed: %s" % (TORCH_SPEC, tail))
+                    continue
+            ok.append(flavour)
+        if not ok:
+            self.skipped.setdefault("TORCH", "torch could not be installed "
+                                    "for any flavour")
+            return
+        for r in range(self.rounds("TORCH")):
+            k = r % len(ok)
+            for config in ok[k:] + ok[:k]:
+                self.run_script("TORCH", config, r)
+
+    # -- main -------------------------------------------------------------
+
+    def run(self):
+        for flavour in FLAVOURS:
+            if dist_python(flavour):
+                self.pythons[flavour] = ensure_venv(flavour)
+            else:
+                self.skipped[flavour] = ("not built (%s/%s/bin/python3 "
+                                         "missing; ./build.sh %s)"
+                                         % (dist_dir(), flavour, flavour))
+                log("skipping flavour %s: not built" % flavour)
+        (self.results / "timelines").mkdir(parents=True, exist_ok=True)
+        self.check_knob()
+        plan = [("M1", FLAVOUR_CONFIGS), ("M2", FLAVOUR_CONFIGS),
+                ("T1", T1_CONFIGS), ("T2", FLAVOUR_CONFIGS)]
+        # Interleave: round r of every group before round r+1 of any.
+        timed = [(g, c) for g, c in plan if g in self.groups]
+        max_rounds = max([self.rounds(g) for g, _ in timed] or [0])
+        for r in range(max_rounds):
+            for group, configs in timed:
+                if r >= self.rounds(group):
+                    continue
+                configs = self.available(configs)
+                if not configs:
+                    self.skipped[group] = "no interpreter built for it"
+                    continue
+                t = time.monotonic()
+                k = r % len(configs)
+                for config in configs[k:] + configs[:k]:
+                    self.run_script(group, config, r)
+                self.timings[group] = (self.timings.get(group, 0)
+                                       + time.monotonic() - t)
+        for group, fn in (("CG", self.run_callgrind),
+                          ("PP", self.run_pyperformance),
+                          ("TORCH", self.run_torch)):
+            if group in self.groups:
+                t = time.monotonic()
+                fn()
+                self.timings[group] = time.monotonic() - t
+
+
+def machine_info():
+    def sh(*cmd):
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True,
+                                  cwd=str(ROOT)).stdout.strip()
+        except OSError:
+            return ""
+    cpu = ""
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    mem = ""
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal"):
+                mem = "%.1f GiB" % (int(line.split()[1]) / 1048576)
+    patches = ROOT / "patches" / "3.14"
+    series = [l.strip() for l in (patches / "series").read_text().splitlines()
+              if l.strip() and not l.startswith("#")]
+    h = hashlib.sha256((patches / "series").read_bytes())
+    per_patch = {}
+    for name in series:
+        data = (patches / name).read_bytes()
+        h.update(data)
+        per_patch[name] = hashlib.sha256(data).hexdigest()[:12]
+    info = {
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "kernel": sh("uname", "-srm"),
+        "memory": mem,
+        "commit": sh("git", "rev-parse", "--short", "HEAD"),
+        "dirty": bool(sh("git", "status", "--porcelain", "--",
+                         "patches", "bench")),
+        "series_sha256": h.hexdigest(),
+        "patches": per_patch,
+        "flavours": {},
+    }
+    for flavour in FLAVOURS:
+        py = dist_python(flavour)
+        if not py:
+            continue
+        code = ("import sys, sysconfig; print(sys.version.replace('\\n',' '));"
+                "print(sysconfig.get_config_var('CONFIG_ARGS'));"
+                "print(sysconfig.get_config_var('CFLAGS_NODIST') or '')")
+        out = subprocess.run([str(py), "-c", code], capture_output=True,
+                             text=True, env=clean_env()).stdout.splitlines()
+        key = dist_dir() / flavour / ".brc-merge-key"
+        info["flavours"][flavour] = {
+            "version": out[0] if out else "",
+            "configure": out[1] if len(out) > 1 else "",
+            "build_key_sha256": (hashlib.sha256(key.read_bytes()).hexdigest()[:16]
+                                 if key.exists() else None),
+        }
+    return info
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--mode", choices=sorted(MODES), default="fast")
+    ap.add_argument("--results", type=Path,
+                    help="results dir (default: bench/results/fast for "
+                         "fast, bench/results/<timestamp> for full)")
+    ap.add_argument("--groups", help="comma-separated subset of "
+                    "M1,M2,T1,T2,CG,PP,TORCH")
+    ap.add_argument("--rounds", type=int, help="override rounds per group")
+    ap.add_argument("--max-build-wait", type=int, default=3600,
+                    help="seconds to wait for a running build (default 3600)")
+    ap.add_argument("--ignore-builds", action="store_true",
+                    help="do not wait for running builds (functional checks "
+                         "only: the timings are then meaningless)")
+    ap.add_argument("--report-only", type=Path, metavar="DIR",
+                    help="only redo compare_to tables, plots and report.md")
+    args = ap.parse_args()
+
+    if args.report_only:
+        report.write_report(args.report_only)
+        return
+
+    cfg = MODES[args.mode]
+    groups = args.groups.split(",") if args.groups else cfg["groups"]
+    unknown = set(groups) - {"M1", "M2", "T1", "T2", "CG", "PP", "TORCH"}
+    if unknown:
+        ap.error("unknown groups: %s" % ", ".join(sorted(unknown)))
+    if args.results:
+        results = args.results.resolve()
+    elif args.mode == "fast":
+        results = BENCH / "results" / "fast"
+    else:
+        results = BENCH / "results" / time.strftime("%Y%m%d-%H%M%S")
+    if results.exists():
+        shutil.rmtree(results)
+    results.mkdir(parents=True)
+
+    if not args.ignore_builds:
+        wait_for_builds(args.max_build_wait)
+    t0 = time.monotonic()
+    b = Bench(args.mode, results, groups, args.rounds)
+    if args.ignore_builds and running_builds():
+        b.info["warning"] = ("run with --ignore-builds while a build was "
+                             "running: timings are meaningless")
+    b.info["machine"] = machine_info()
+    try:
+        b.run()
+    finally:
+        b.info["elapsed_s"] = round(time.monotonic() - t0, 1)
+        b.info["group_seconds"] = {k: round(v, 1) for k, v in b.timings.items()}
+        b.info["skipped"] = b.skipped
+        b.info["settings"] = {k: v for k, v in b.cfg.items()}
+        (results / "info.json").write_text(json.dumps(b.info, indent=1))
+    if running_builds() and "warning" not in b.info:
+        log("WARNING: a build started while benchmarking; timings are suspect")
+        b.info["warning"] = "a build was running at the end of the benchmark"
+        (results / "info.json").write_text(json.dumps(b.info, indent=1))
+    report.write_report(results)
+    log("done in %.0fs: %s" % (time.monotonic() - t0,
+                               (results / "report.md").relative_to(ROOT)
+                               if results.is_relative_to(ROOT) else results))
+
+
+if __name__ == "__main__":
+    main()
