@@ -4,10 +4,11 @@ pyperf Runner script.  Two workloads, each measured twice -- wall time and
 CPU time of all threads (time.process_time()) -- as separate benchmarks:
 
   t1_pingpong_{cpu,wall}  queue.Queue ping-pong of small objects between
-      two threads.  Each thread drops the object it received -- created by
-      the other thread, which is by then blocked in its own get() -- so
-      every hand-off queues an object to a blocked (detached) owner.
-      Values are per round trip (PINGPONG of them per loop).
+      two threads, BURST objects each way.  Each thread first receives the
+      whole burst, then drops it -- objects created by the other thread,
+      which by then is (mostly) blocked in its own get() -- so hand-offs
+      queue objects to blocked (detached) owners.  Values are per round
+      trip (PINGPONG of them per loop).
   t1_clear_{cpu,wall}  OWNERS threads each build a list of OBJECTS small
       objects and block on a threading.Barrier; the main thread waits until
       they sleep in the kernel, then clears every list (thousands of objects
@@ -23,7 +24,7 @@ disabled in the workers: a collection merges all queues at random points.
 
 Also usable without pyperf for a fixed, tiny workload (callgrind):
 
-    python bm_t1_handoff.py --fixed N     # N ping-pongs + N/10-object clear
+    python bm_t1_handoff.py --fixed N     # N ping-pongs + 2 x 5N-object clear
 """
 
 import gc
@@ -36,10 +37,11 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _util as u  # noqa: E402
 
-PINGPONG = 500      # round trips per loop (values are per round trip)
+PINGPONG = 100      # round trips per loop (values are per round trip)
+BURST = 16          # objects sent each way per round trip
 OWNERS = 2          # owner threads in the clear workload
 OBJECTS = 5000      # objects per owner per round
-CLEAR_ROUNDS = 16   # rounds per loop (values are per round)
+CLEAR_ROUNDS = 8    # rounds per loop (values are per round)
 
 
 class Small:
@@ -52,26 +54,35 @@ class Small:
 # --------------------------------------------------------------------------
 # (a) queue ping-pong
 
-def pingpong(n, clock):
+def pingpong(n, clock, burst=None, settle=0.0):
+    """n round trips; each way a burst of small objects created by the
+    sender, which then blocks in get() while the receiver drops them.
+    settle > 0: sleep that long before dropping, so the sender is surely
+    blocked by then (for valgrind, which runs one thread at a time)."""
+    burst = BURST if burst is None else burst
     to_b = queue.Queue()
     to_a = queue.Queue()
 
     def b_side():
         for i in range(n):
-            obj = to_b.get()        # created by A, A now blocks in get()
-            del obj                 # last ref: queued to blocked A
-            to_a.put(Small(i))
-        to_b.get()
+            got = [to_b.get() for _ in range(burst)]
+            if settle:
+                time.sleep(settle)
+            got.clear()             # A's objects; A is blocked in get()
+            for j in range(burst):
+                to_a.put(Small(j))
 
     tb = threading.Thread(target=b_side)
     tb.start()
     t0 = clock()
     for i in range(n):
-        to_b.put(Small(i))
-        obj = to_a.get()            # created by B, B now blocks in get()
-        del obj                     # last ref: queued to blocked B
+        for j in range(burst):
+            to_b.put(Small(j))
+        got = [to_a.get() for _ in range(burst)]
+        if settle:
+            time.sleep(settle)
+        got.clear()                 # B's objects; B is blocked in get()
     t1 = clock()
-    to_b.put(None)
     tb.join()
     return t1 - t0
 
@@ -103,9 +114,11 @@ class ClearWorkload:
             self.built.wait()       # tell main the lists are ready
             self.cleared.wait()     # blocked (detached) while main clears
 
-    def round(self):
+    def round(self, settle=0.0):
         self.built.wait()           # owners start building
         self.built.wait()           # ... and are done
+        if settle:
+            time.sleep(settle)
         u.wait_sleeping([t.native_id for t in self.threads])
         for k in range(self.owners):
             self.slots[k].clear()   # drop OBJECTS objects owned by k
@@ -143,13 +156,20 @@ def bench_pingpong(loops, clock):
 
 
 def fixed(n):
-    """Deterministic small workload for instruction counting."""
+    """Small workload for instruction counting.  Under valgrind only one
+    thread runs at a time and every waiting thread looks asleep in /proc,
+    so the droppers sleep before dropping to let the owners really block
+    (detach); the sleeps cost the same instructions in every config."""
     gc.disable()
     if n:
-        pingpong(n, time.perf_counter)
-        w = ClearWorkload(OWNERS, max(1, n // 10))
-        w.round()
+        pingpong(n, time.perf_counter, burst=8, settle=0.002)
+        if os.environ.get("BENCH_VERBOSE"):
+            print("pingpong", u.brc_stats())
+        w = ClearWorkload(OWNERS, max(1, n * 5))
+        w.round(settle=0.05)
         w.close()
+    if os.environ.get("BENCH_VERBOSE"):
+        print("total", u.brc_stats())
 
 
 def main():

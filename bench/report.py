@@ -165,25 +165,36 @@ def plot_memory(results, out):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(9, 4.5))
-    drew = False
+    runs = []
     for config in FLAVOUR_ORDER:
         f = results / "timelines" / ("m1_%s.json" % config)
-        if not f.exists():
-            continue
-        d = json.loads(f.read_text())
+        if f.exists():
+            runs.append((config, json.loads(f.read_text())))
+    if not runs:
+        return False
+    fig, axes = plt.subplots(len(runs), 1, figsize=(9, 1.2 + 2.0 * len(runs)),
+                             sharex=True, sharey=True, squeeze=False)
+    for ax, (config, d) in zip(axes[:, 0], runs):
         t = [s[0] for s in d["samples"]]
         r = [s[1] / MiB for s in d["samples"]]
-        ax.plot(t, r, label=label(config), linewidth=1)
-        drew = True
-    if not drew:
-        plt.close(fig)
-        return False
-    ax.set_xlabel("time since start of the producer run (s)")
-    ax.set_ylabel("producer RSS (MiB)")
-    ax.set_title("M1: DataLoader-like producer memory over time (last round)")
-    ax.grid(alpha=0.3)
-    ax.legend()
+        ax.plot(t, r, linewidth=1, color="tab:blue")
+        ax.axhline(d["baseline_rss"] / MiB, color="grey", linestyle=":",
+                   linewidth=1)
+        for et, kind, _ in d["events"]:
+            if kind == "ack":
+                ax.axvline(et, color="tab:green", alpha=0.25, linewidth=0.8)
+        ax.set_ylabel("RSS (MiB)")
+        ax.set_title("%s: peak %.0f, steady %.0f, rest %.0f MiB "
+                     "(baseline %.0f)" % (label(config), d["peak_rss"] / MiB,
+                                          d["steady_rss"] / MiB,
+                                          d.get("rest_rss", 0) / MiB,
+                                          d["baseline_rss"] / MiB),
+                     fontsize=9)
+        ax.grid(alpha=0.3)
+    axes[-1, 0].set_xlabel("time since start of the producer run (s); green:"
+                           " consumer acks -> registry entry dropped")
+    fig.suptitle("M1: DataLoader-like producer RSS over time (last round)",
+                 fontsize=10)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)
@@ -348,51 +359,55 @@ def write_report(results):
       "shared-memory storages while pickling (registered in a producer-side "
       "registry); the main thread drops them when the consumer acks, while "
       "the feeder is blocked waiting for the next batch. RSS sampled every "
-      "5 ms. *Steady* is the time-average between the first and last ack.")
+      "5 ms. *Steady* is the time-average between the first and last ack; "
+      "*rest* the median RSS right after each dropped registry entry (the "
+      "level the loop returns to). The baseline (interpreter alone) is "
+      "about 4 MiB larger for the free-threaded builds, which is in every "
+      "ratio to gil.")
     w("")
-    ref_peak = get_bench(suites, "gil", "m1_peak_rss")
-    ref_steady = get_bench(suites, "gil", "m1_steady_rss")
     rows = []
+    metrics = [("m1_peak_rss", "peak"), ("m1_steady_rss", "steady"),
+               ("m1_rest_rss", "rest")]
     for config in FLAVOUR_ORDER:
-        peak = get_bench(suites, config, "m1_peak_rss")
-        steady = get_bench(suites, config, "m1_steady_rss")
-        if peak is None:
+        if get_bench(suites, config, "m1_peak_rss") is None:
             continue
-        rp = round_ratios(peak, ref_peak) if ref_peak else []
-        rs = round_ratios(steady, ref_steady) if ref_steady else []
+        cells = []
+        for name, what in metrics:
+            b = get_bench(suites, config, name)
+            ref = get_bench(suites, "gil", name)
+            if b is None:
+                cells += ["n/a", "n/a"]
+                continue
+            r = round_ratios(b, ref) if ref else []
+            cells += [fmt_summary(b), fmt_ratio(r)]
+            if config == "ft-brc" and what != "rest" and r:
+                goals.append(("M1 %s RSS ft-brc / gil <= %.2f"
+                              % (what, GOAL_M1), fmt_ratio(r),
+                              statistics.median(r) <= GOAL_M1))
         tl = results / "timelines" / ("m1_%s.json" % config)
         extra = ""
         if tl.exists():
             d = json.loads(tl.read_text())
             extra = "%.0f MiB" % (d["baseline_rss"] / MiB)
             if d.get("brc_stats"):
-                extra += "; merged on behalf %d, by owner %d, suspend failed %d" % (
-                    d["brc_stats"].get("merged_on_behalf", 0),
-                    d["brc_stats"].get("merged_by_owner", 0),
-                    d["brc_stats"].get("suspend_failed", 0))
-        rows.append("| %s | %s | %s | %s | %s | %s |" % (
-            label(config), fmt_summary(peak), fmt_ratio(rp),
-            fmt_summary(steady), fmt_ratio(rs), extra))
-        if config == "ft-brc":
-            if rp:
-                goals.append(("M1 peak RSS ft-brc / gil <= %.2f" % GOAL_M1,
-                              fmt_ratio(rp),
-                              statistics.median(rp) <= GOAL_M1))
-            if rs:
-                goals.append(("M1 steady RSS ft-brc / gil <= %.2f" % GOAL_M1,
-                              fmt_ratio(rs),
-                              statistics.median(rs) <= GOAL_M1))
+                st = d["brc_stats"]
+                extra += ("; merged on behalf %d, by owner %d, suspend "
+                          "failed %d" % (st.get("merged_on_behalf", 0),
+                                         st.get("merged_by_owner", 0),
+                                         st.get("suspend_failed", 0)))
+        rows.append("| %s | %s | %s |" % (label(config), " | ".join(cells),
+                                          extra))
     if rows:
         w("| config | peak RSS | peak / gil | steady RSS | steady / gil | "
-          "baseline; brc stats (last round) |")
-        w("|---|---|---|---|---|---|")
+          "rest RSS | rest / gil | baseline; brc stats (last round) |")
+        w("|---|---|---|---|---|---|---|---|")
         md.extend(rows)
         w("")
         if plot_memory(results, results / "m1_memory.png"):
             w("![M1 memory over time](m1_memory.png)")
             w("")
         c = compare_to(results, "gil", ["ft", "ft-brc"],
-                       ["m1_peak_rss", "m1_steady_rss"], suites)
+                       [m for m, _ in metrics], suites)
         if c:
             w("```\n%s\n```" % c)
             w("")
@@ -487,20 +502,25 @@ def write_report(results):
         w("Callgrind instruction counts (deterministic up to thread "
           "scheduling): %s, N=%d." % (d["workload"], d["n"]))
         w("")
-        w("| config | instructions (N) - (0) | / threshold 0 |")
+        w("| config | instructions N - N=0 (mean of runs; range) | "
+          "/ threshold 0 |")
         w("|---|---|---|")
-        base = None
         counts = d["counts"]
-        if "ft-brc-t0" in counts:
-            c0 = counts["ft-brc-t0"]
-            base = c0[str(d["n"])] - c0["0"]
+
+        def net(config):
+            c = counts[config]
+            base = c["0"][0]
+            return [x - base for x in c[str(d["n"])]]
+        base = statistics.mean(net("ft-brc-t0")) if "ft-brc-t0" in counts \
+            else None
         for config in T1_ORDER:
             if config not in counts:
                 continue
-            c = counts[config]
-            n = c[str(d["n"])] - c["0"]
-            w("| %s | %d | %s |" % (label(config), n,
-                                    "%.3fx" % (n / base) if base else "n/a"))
+            v = net(config)
+            m = statistics.mean(v)
+            w("| %s | %.1f M (%.1f-%.1f M) | %s |" % (
+                label(config), m / 1e6, min(v) / 1e6, max(v) / 1e6,
+                "%.3fx" % (m / base) if base else "n/a"))
         w("")
     elif "CG" in info.get("skipped", {}):
         w("Callgrind: skipped (%s)." % info["skipped"]["CG"])

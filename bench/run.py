@@ -62,20 +62,21 @@ T1_CONFIGS = ["ft-brc-t0", "ft-brc", "ft-brc-t2", "ft-brc-t10",
 MODES = {
     "fast": {
         "groups": ["M1", "M2", "T1", "T2"],
-        "rounds": {"M1": 3, "M2": 2, "T1": 2, "T2": 1},
-        "m1_args": ["--steps", "10"],
+        "rounds": {"M1": 3, "M2": 2, "T1": 2, "T2": 2},
+        "m1_args": ["--steps", "8"],
         "m2_args": ["--samples", "30"],
-        "pyperf_args": {"T1": ["-p", "1", "-n", "4", "-w", "1"],
-                        "T2": ["-p", "2", "-n", "3", "-w", "1"]},
+        "pyperf_args": {"T1": ["-p", "1", "-n", "3", "-w", "1"],
+                        "T2": ["-p", "1", "-n", "3", "-w", "1"]},
     },
     "full": {
         "groups": ["M1", "M2", "T1", "T2", "CG", "PP", "TORCH"],
         "rounds": {"M1": 6, "M2": 4, "T1": 5, "T2": 3, "TORCH": 3},
-        "m1_args": ["--steps", "24"],
+        "m1_args": ["--steps", "20"],
         "m2_args": ["--samples", "60"],
         "pyperf_args": {"T1": ["-p", "2", "-n", "5", "-w", "1"],
                         "T2": ["-p", "3", "-n", "5", "-w", "1"]},
-        "callgrind_n": 200,
+        "callgrind_n": 100,
+        "callgrind_reps": 2,
         "pyperformance": ["nbody", "richards", "float", "deltablue",
                           "generators", "json_dumps"],
     },
@@ -275,7 +276,7 @@ class Bench:
         jobs = []
         for config in configs:
             py = self.pythons[CONFIGS[config][0]]
-            for size in (0, n):
+            for size in [0] + [n] * self.cfg["callgrind_reps"]:
                 cmd = [valgrind, "--tool=callgrind",
                        "--callgrind-out-file=/dev/null", "--fair-sched=yes",
                        str(py), str(BENCH / "bm_t1_handoff.py"), "--fixed",
@@ -297,14 +298,16 @@ class Bench:
             if p.returncode != 0 or not m:
                 raise SystemExit("callgrind failed for %s:\n%s"
                                  % (config, err[-2000:]))
-            counts.setdefault(config, {})[size] = int(m.group(1))
+            counts.setdefault(config, {}).setdefault(size, []).append(
+                int(m.group(1)))
             log("CG    %-12s n=%-4d %d instructions" % (config, size,
                                                        int(m.group(1))))
         result = {"n": n, "workload": "bm_t1_handoff.py --fixed N: N "
-                  "ping-pong round trips + a clear of %d x N/10 objects "
-                  "owned by blocked threads; instructions of N minus "
-                  "instructions of N=0 (startup)" % 2,
-                  "counts": counts}
+                  "ping-pong round trips of 8 objects each way + one clear "
+                  "of 2 x 5N objects owned by threads blocked on a Barrier "
+                  "(droppers sleep first so that owners are detached even "
+                  "under valgrind); instructions of N minus those of N=0 "
+                  "(startup)", "counts": counts}
         (self.results / "callgrind.json").write_text(json.dumps(result,
                                                                 indent=1))
 
