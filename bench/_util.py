@@ -103,6 +103,9 @@ def interpreter_metadata():
     flavour = os.environ.get("BENCH_FLAVOUR")
     if flavour:
         md["bench_config"] = flavour
+    if os.environ.get("BENCH_ROUND"):
+        # bench/run.py's round number: per-round ratios pair runs by it
+        md["bench_round"] = int(os.environ["BENCH_ROUND"])
     return md
 
 

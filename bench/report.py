@@ -64,12 +64,8 @@ def values_by_round(bench):
     for run in bench.get_runs():
         if not run.values:
             continue
-        md = run.get_metadata()
-        r = int(md.get("bench_round", 0))
-        loops = md.get("loops", 1) * md.get("inner_loops", 1)
-        # Run.values are already per-loop for Runner benchmarks
-        del loops
-        out.setdefault(r, []).extend(run.values)
+        r = int(run.get_metadata().get("bench_round", 0))
+        out.setdefault(r, []).extend(run.values)     # already per loop
     return out
 
 
@@ -361,9 +357,12 @@ def write_report(results):
       "the feeder is blocked waiting for the next batch. RSS sampled every "
       "5 ms. *Steady* is the time-average between the first and last ack; "
       "*rest* the median RSS right after each dropped registry entry (the "
-      "level the loop returns to). The baseline (interpreter alone) is "
-      "about 4 MiB larger for the free-threaded builds, which is in every "
-      "ratio to gil.")
+      "level the loop returns to; stock ft keeps the dropped batch there). "
+      "The baseline (interpreter alone) is about 4 MiB larger for the "
+      "free-threaded builds, which is in every ratio to gil. The "
+      "time-average also reflects how long each phase of the loop takes "
+      "in each build, not only what is held. For memory, compare_to's "
+      "'slower' means 'more'.")
     w("")
     rows = []
     metrics = [("m1_peak_rss", "peak"), ("m1_steady_rss", "steady"),
@@ -388,7 +387,9 @@ def write_report(results):
         extra = ""
         if tl.exists():
             d = json.loads(tl.read_text())
-            extra = "%.0f MiB" % (d["baseline_rss"] / MiB)
+            extra = "%.1f MiB; rest - baseline %.1f MiB" % (
+                d["baseline_rss"] / MiB,
+                (d.get("rest_rss", 0) - d["baseline_rss"]) / MiB)
             if d.get("brc_stats"):
                 st = d["brc_stats"]
                 extra += ("; merged on behalf %d, by owner %d, suspend "
@@ -399,7 +400,7 @@ def write_report(results):
                                           extra))
     if rows:
         w("| config | peak RSS | peak / gil | steady RSS | steady / gil | "
-          "rest RSS | rest / gil | baseline; brc stats (last round) |")
+          "rest RSS | rest / gil | baseline; brc stats (last round's run) |")
         w("|---|---|---|---|---|---|---|---|")
         md.extend(rows)
         w("")
