@@ -22,8 +22,9 @@ BUILD_ARGS := $(if $(JOBS),--jobs '$(JOBS)') $(if $(SOURCE),--source '$(SOURCE)'
 	$(if $(filter 1 yes true,$(OPTIMIZE)),--optimize) \
 	$(if $(filter 1 yes true,$(OFFLINE)),--offline) $(if $(filter 1 yes true,$(QUIET)),--quiet)
 
-.PHONY: help ft-brc ft gil flavours test venv bench bench-fast bench-venv clean distclean checksums
-# Later: image, stress, tsan (add them to .PHONY and `help`).
+.PHONY: help ft-brc ft gil flavours test venv bench bench-fast bench-venv clean distclean checksums \
+	image base-image
+# Later: stress, tsan (add them to .PHONY and `help`).
 
 help: ## this list (default target: ft-brc)
 	@echo "make [TARGET] [JOBS=N SOURCE=PATH CACHE=DIR DIST=DIR PATCHES=DIR OPTIMIZE=1 OFFLINE=1]"
@@ -77,6 +78,17 @@ bench: flavours bench-venv ## full benchmarks (~20 min) -> bench/results/<timest
 
 bench-fast: flavours bench-venv ## quick benchmarks (<= 3 min, CI) -> bench/results/fast/report.md
 	$(if $(DIST),BRC_MERGE_DIST='$(DIST)') $(VENV)/bin/python bench/run.py --mode fast $(BENCH_ARGS)
+
+# The container image (Dockerfile; image/build.sh does the work, README "Container image").
+IMAGE_ENV := OPTIMIZE='$(OPTIMIZE)' JOBS='$(JOBS)' SOURCE='$(SOURCE)' CACHE='$(CACHE)' \
+	IMAGE='$(IMAGE)' BASE_IMAGE='$(BASE_IMAGE)' BUILDER_IMAGE='$(BUILDER_IMAGE)' \
+	PREBUILT='$(PREBUILT)' WITH_TK='$(WITH_TK)' ENGINE='$(ENGINE)' BUILD_FLAGS='$(BUILD_FLAGS)'
+
+image: $(if $(filter 1 yes true,$(PREBUILT)),ft-brc) ## build the ft-brc image with docker or podman [OPTIMIZE=1 PREBUILT=1 IMAGE= BASE_IMAGE=]
+	$(IMAGE_ENV) image/build.sh
+
+base-image: ## create BASE_IMAGE (debian:bookworm-slim) locally with debootstrap
+	$(IMAGE_ENV) image/build.sh --base-only
 
 clean: ## remove the dist/ symlinks and .venv (keeps every cache)
 	@dist=$$($(BUILD) $(BUILD_ARGS) --print-config | sed -n 's/^BRC_MERGE_DIST=//p'); \
