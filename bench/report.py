@@ -504,8 +504,8 @@ def write_report(results):
           "scheduling): %s, N=%d." % (d["workload"], d["n"]))
         w("")
         w("| config | instructions N - N=0 (mean of runs; range) | "
-          "/ threshold 0 |")
-        w("|---|---|---|")
+          "/ threshold 0 | enqueued / merged on behalf / suspensions |")
+        w("|---|---|---|---|")
         counts = d["counts"]
 
         def net(config):
@@ -519,9 +519,14 @@ def write_report(results):
                 continue
             v = net(config)
             m = statistics.mean(v)
-            w("| %s | %.1f M (%.1f-%.1f M) | %s |" % (
+            st = d.get("brc_stats", {}).get(config) or []
+            st = ", ".join("%s / %s / %s" % (x.get("enqueued"),
+                                             x.get("merged_on_behalf"),
+                                             x.get("suspensions"))
+                           for x in st if x) or "n/a (not ft-brc)"
+            w("| %s | %.1f M (%.1f-%.1f M) | %s | %s |" % (
                 label(config), m / 1e6, min(v) / 1e6, max(v) / 1e6,
-                "%.3fx" % (m / base) if base else "n/a"))
+                "%.3fx" % (m / base) if base else "n/a", st))
         w("")
     elif "CG" in info.get("skipped", {}):
         w("Callgrind: skipped (%s)." % info["skipped"]["CG"])

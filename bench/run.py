@@ -283,23 +283,27 @@ class Bench:
                        str(size)]
                 jobs.append((config, size, cmd))
         counts = {}
+        stats = {}
         # instruction counts do not depend on load: two at a time
         running = []
         while jobs or running:
             while jobs and len(running) < 2:
                 config, size, cmd = jobs.pop(0)
                 p = subprocess.Popen(cmd, env=self.env_for(config, 0),
-                                     stdout=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True)
                 running.append((config, size, p))
             config, size, p = running.pop(0)
-            err = p.communicate()[1]
+            out, err = p.communicate()
             m = re.search(r"Collected\s*:\s*(\d+)", err)
             if p.returncode != 0 or not m:
                 raise SystemExit("callgrind failed for %s:\n%s"
                                  % (config, err[-2000:]))
             counts.setdefault(config, {}).setdefault(size, []).append(
                 int(m.group(1)))
+            if size:
+                st = json.loads(out.strip().splitlines()[-1])["brc_stats"]
+                stats.setdefault(config, []).append(st)
             log("CG    %-12s n=%-4d %d instructions" % (config, size,
                                                        int(m.group(1))))
         result = {"n": n, "workload": "bm_t1_handoff.py --fixed N: N "
@@ -307,7 +311,7 @@ class Bench:
                   "of 2 x 5N objects owned by threads blocked on a Barrier "
                   "(droppers sleep first so that owners are detached even "
                   "under valgrind); instructions of N minus those of N=0 "
-                  "(startup)", "counts": counts}
+                  "(startup)", "counts": counts, "brc_stats": stats}
         (self.results / "callgrind.json").write_text(json.dumps(result,
                                                                 indent=1))
 
