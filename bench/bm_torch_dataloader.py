@@ -35,6 +35,23 @@ def statm_rss(pid):
         return 0
 
 
+class Synthetic:
+    """Map-style dataset of large float32 tensors (module level, so that
+    forkserver/spawn workers can unpickle it)."""
+
+    def __init__(self, length, numel):
+        self.length = length
+        self.numel = numel
+
+    def __len__(self):
+        return self.length
+
+    def __getitem__(self, i):
+        import torch
+        img = torch.full((self.numel,), float(i % 251), dtype=torch.float32)
+        return {"img": img, "meta": {"index": i, "label": i % 10}}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("-o", "--output", required=True)
@@ -47,19 +64,11 @@ def main():
     args = ap.parse_args()
 
     import torch
-    from torch.utils.data import DataLoader, Dataset
+    from torch.utils.data import DataLoader
 
-    numel = args.image_mib * u.MiB // 4
-
-    class Synthetic(Dataset):
-        def __len__(self):
-            return args.batches * args.batch_size
-
-        def __getitem__(self, i):
-            img = torch.full((numel,), float(i % 251), dtype=torch.float32)
-            return {"img": img, "meta": {"index": i, "label": i % 10}}
-
-    loader = DataLoader(Synthetic(), batch_size=args.batch_size,
+    dataset = Synthetic(args.batches * args.batch_size,
+                        args.image_mib * u.MiB // 4)
+    loader = DataLoader(dataset, batch_size=args.batch_size,
                         num_workers=args.workers, prefetch_factor=2,
                         shuffle=False)
     it = iter(loader)
