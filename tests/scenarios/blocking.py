@@ -26,7 +26,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _harness as h  # noqa: E402
 
-SLEEP = 3.0  # the time.sleep kind's blocking call (not used for sync)
+SLEEP = 2.0  # the time.sleep kind's blocking call (not used for sync);
+            # must outlast the wait until parked plus the retain window
 
 
 class EventKind:
