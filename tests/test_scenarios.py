@@ -13,6 +13,9 @@ Expected outcomes (CONFIGS below):
   ft                               retains  (the BRC bug this project fixes)
   ft-brc                           frees    (the fix, default threshold 1)
   ft-brc, threshold 0 (env or -X)  retains  (knob turns the fix off)
+  ft-brc, threshold 5 (env or -X)  frees    (every scenario drops fewer than
+                                             5 objects at a time: the
+                                             below-threshold path)
 
 "retains" is only claimed for a window of RETAIN_WINDOW seconds while the
 owner is verifiably still blocked; afterwards the owner is released and
@@ -50,6 +53,9 @@ CONFIGS = [
     pytest.param("ft-brc", {KNOB: "0"}, [], "retains", id="ft-brc-env0"),
     pytest.param("ft-brc", {}, ["-X", "brc_merge_threshold=0"], "retains",
                  id="ft-brc-X0"),
+    pytest.param("ft-brc", {KNOB: "5"}, [], "frees", id="ft-brc-env5"),
+    pytest.param("ft-brc", {}, ["-X", "brc_merge_threshold=5"], "frees",
+                 id="ft-brc-X5"),
 ]
 
 BLOCKING_KINDS = ["event", "condition", "sleep", "lock", "select", "queue"]
