@@ -42,8 +42,8 @@ FROM builder-base AS build-0
 ARG OPTIMIZE=0
 ARG JOBS=
 ARG SOURCE_NAME=Python-3.14.7
-COPY build.sh ./
-COPY patches/ patches/
+# build.sh + patches/3.14 (base, series, checksums, the listed patches)
+COPY .image-context/repo/ ./
 COPY .image-context/source/ /opt/cpython-source/
 # --prefix /usr/local: configure, sysconfig and script shebangs all say
 # /usr/local, so the runtime stage copies the tree unchanged. build.sh refuses a

@@ -8,8 +8,10 @@
 #     CONTAINERS_CONF and builds with --isolation=chroot.
 #  2. the base image: if BASE_IMAGE is a debian:<suite>[-slim] image that is not
 #     present, image/make-base.sh debootstraps it from the host's mirror.
-#  3. .image-context/ (gitignored): the verified CPython source for build.sh
-#     (hard links when possible) or, with PREBUILT=1, the host's built ft-brc.
+#  3. .image-context/ (gitignored): build.sh and the patch series (only the
+#     files build.sh reads, with fixed modes, so untracked files or a different
+#     umask do not bust the layer cache), plus the verified CPython source (hard
+#     links when possible) or, with PREBUILT=1, the host's built ft-brc.
 #  4. `build` with --pull=never and the OCI label values as build arguments.
 #
 # Settings (environment; the Makefile passes them through):
@@ -86,7 +88,12 @@ stage_tree() {  # stage_tree SRC DEST
 config() { ./build.sh ${CACHE:+--cache "$CACHE"} --print-config | sed -n "s/^$1=//p"; }
 trap 'rm -rf -- "$CTX"' EXIT
 rm -rf -- "$CTX"
-mkdir -p "$CTX/source" "$CTX/prebuilt"
+mkdir -p "$CTX/source" "$CTX/prebuilt" "$CTX/repo/patches/3.14"
+install -m 0755 build.sh "$CTX/repo/build.sh"
+mapfile -t series < <(sed -e 's/#.*//' -e 's/^[[:space:]]*//' -e 's/[[:space:]]*$//' patches/3.14/series | grep -v '^$' || true)
+for f in base series checksums "${series[@]}"; do
+    install -m 0644 "patches/3.14/$f" "$CTX/repo/patches/3.14/$f"
+done
 SOURCE_NAME=Python-$PY_VERSION
 if [[ $PREBUILT == 1 ]]; then
     # Only an install that matches the current series and source may be shipped.
