@@ -19,8 +19,12 @@ Expected outcomes (CONFIGS below):
 
 "retains" is only claimed for a window of RETAIN_WINDOW seconds while the
 owner is verifiably still blocked; afterwards the owner is released and
-everything must be freed (held, not leaked).  Interpreters that are not
-built yet are skipped (conftest.dist_python).
+everything must be freed (held, not leaked).  On ft-brc the scenarios also
+record sys._brc_stats() before the drop, at the measurement and at the end:
+"frees" must show the dropped objects merged for the blocked owner (on its
+behalf, or by itself as it detached or re-attached) and nothing left queued;
+"retains" (threshold 0) must show none of these merges.  Interpreters that
+are not built yet are skipped (conftest.dist_python).
 """
 
 import json
@@ -63,6 +67,10 @@ SCENARIOS = [pytest.param(["blocking.py", "--kind", kind], id=kind)
              for kind in BLOCKING_KINDS]
 SCENARIOS.append(pytest.param(["mp_queue.py"], id="mp-queue"))
 
+# sys._brc_stats() counters of merges that do not need the owner to run
+MERGED_FOR_BLOCKED = ("merged_on_behalf", "merged_on_detach",
+                      "merged_on_reattach")
+
 
 def clean_env(extra):
     # Inherited PYTHON* variables (PYTHON_GIL, PYTHONPATH, the knob, ...)
@@ -87,6 +95,26 @@ def run_scenario(python, script, options, env, deadline):
 
 def mib(n):
     return "%.1f MiB" % (n / MiB)
+
+
+def check_brc_stats(r, expect, report):
+    """ft-brc: the counters around the drop agree with the outcome."""
+    for key in ("brc_stats_before", "brc_stats_after", "brc_stats_end"):
+        assert key in r, "%s missing on ft-brc\n%s" % (key, report)
+    before, after = r["brc_stats_before"], r["brc_stats_after"]
+    merged = sum(after[k] - before[k] for k in MERGED_FOR_BLOCKED)
+    if expect == "frees":
+        assert merged >= r["total"], (
+            "%s moved by %d only, %d objects dropped\n%s"
+            % (" + ".join(MERGED_FOR_BLOCKED), merged, r["total"], report))
+        assert after["queue_length"] == 0, (
+            "objects still queued while the owner was blocked\n" + report)
+    else:
+        assert merged == 0, (
+            "merges for a blocked owner although the threshold is 0\n"
+            + report)
+    assert r["brc_stats_end"]["queue_length"] == 0, (
+        "objects still queued at the end\n" + report)
 
 
 @pytest.mark.parametrize("script", SCENARIOS)
@@ -133,3 +161,8 @@ def test_scenario(flavour, env, options, expect, script):
     after = r["rss_after_wake"] - r["rss_before"]
     assert after <= FREED_MARGIN, (
         "RSS still %s above baseline after wake\n%s" % (mib(after), report))
+
+    if flavour == "ft-brc":
+        check_brc_stats(r, expect, report)
+    else:
+        assert "brc_stats_after" not in r, report

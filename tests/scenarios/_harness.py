@@ -130,6 +130,23 @@ def wait_blocked(native_id, timeout=BLOCK_TIMEOUT, settle=SETTLE):
 
 
 # --------------------------------------------------------------------------
+# BRC counters (ft-brc only)
+
+
+def brc_stats():
+    """sys._brc_stats() as a plain dict, or None where the interpreter has
+    no such function (gil, stock ft).  Callers store it in the JSON result
+    only when it is not None."""
+    get = getattr(sys, "_brc_stats", None)
+    return dict(get()) if get is not None else None
+
+
+def add_brc_stats(result, key, stats):
+    if stats is not None:
+        result[key] = stats
+
+
+# --------------------------------------------------------------------------
 # payloads and finalisation tracking
 
 
@@ -197,12 +214,13 @@ def new_payload(index, tracker):
 
 def measure(tracker, owner_ident, owner_native_id, owner_awake, deadline,
             dropped_at):
-    """Called by the dropper right after it dropped its references (at
-    monotonic time `dropped_at`).
+    """Called by the dropper after it dropped its references (at monotonic
+    time `dropped_at`).
 
-    Waits up to `deadline` seconds for everything to be finalised, then
-    records what was freed, by whom and the RSS, and finally re-checks that
-    the owner is still blocked (otherwise the measurement is void).
+    Waits until `deadline` seconds after the drop for everything to be
+    finalised, then records what was freed, by whom, the RSS and (ft-brc)
+    the BRC counters as "brc_stats_after", and finally re-checks that the
+    owner is still blocked (otherwise the measurement is void).
     `owner_awake` is a callable returning True once the owner has returned
     from its blocking call.
     """
@@ -210,10 +228,11 @@ def measure(tracker, owner_ident, owner_native_id, owner_awake, deadline,
     waited = now() - dropped_at
     records = tracker.snapshot()
     rss_after_drop = rss()
+    stats = brc_stats()
     state = thread_state(owner_native_id)
     blocked = state == "S" and not owner_awake()
     freed_by_other = [r for r in records if r[1] != owner_ident]
-    return {
+    result = {
         "freed_while_blocked": len(freed_by_other),
         "freed_by_owner_before_measure": len(records) - len(freed_by_other),
         "free_latency_s": (round(max(r[2] for r in freed_by_other)
@@ -224,6 +243,8 @@ def measure(tracker, owner_ident, owner_native_id, owner_awake, deadline,
         "owner_state_at_measure": state,
         "owner_blocked_at_measure": blocked,
     }
+    add_brc_stats(result, "brc_stats_after", stats)
+    return result
 
 
 def after_wake(tracker, owner_ident):
@@ -232,11 +253,13 @@ def after_wake(tracker, owner_ident):
     leaked."""
     tracker.all_freed.wait(WAKE_TIMEOUT)
     records = tracker.snapshot()
-    return {
+    result = {
         "freed_after_wake": len(records),
         "freed_by_owner": sum(1 for r in records if r[1] == owner_ident),
         "rss_after_wake": rss(),
     }
+    add_brc_stats(result, "brc_stats_end", brc_stats())
+    return result
 
 
 def interpreter_info():

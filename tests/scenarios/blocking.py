@@ -161,10 +161,12 @@ def run(kind_name, deadline):
         raise RuntimeError("owner never handed over its payloads")
     block_wait = h.wait_blocked(thread.native_id)
 
+    stats_before = h.brc_stats()
     dropped_at = h.now()
     handoff.drop()
     result = h.measure(tracker, thread.ident, thread.native_id,
                        awake.is_set, deadline, dropped_at)
+    h.add_brc_stats(result, "brc_stats_before", stats_before)
 
     t_release = h.now()
     kind.release()

@@ -112,10 +112,12 @@ def run(deadline):
     # the feeder has written both batches; wait until it parks in its
     # condition wait for the next one
     block_wait = h.wait_blocked(feeder.native_id)
+    stats_before = h.brc_stats()
     dropped_at = h.now()
     registry.clear()
     result = h.measure(tracker, feeder.ident, feeder.native_id,
                        feeder_woke.is_set, deadline, dropped_at)
+    h.add_brc_stats(result, "brc_stats_before", stats_before)
 
     t_release = h.now()
     q.put(Batch(-1))
