@@ -12,6 +12,10 @@ owner    the thread that creates the payload objects (and therefore owns them
 dropper  another thread, which drops the last reference while the owner is
          blocked (detached) in some system call.
 
+Most scenarios drop only once the owner is parked.  The no-wait variants
+drop as soon as the owner can no longer merge its BRC queue itself before it
+blocks (wait_committed()), so the drop may land while it is still attached.
+
 A tracked object counts as "freed while blocked" when its weakref.finalize
 callback ran in a thread other than the owner.  With GC disabled, a stock
 free-threaded build can only free such an object from the owner thread (when
@@ -127,6 +131,39 @@ def wait_blocked(native_id, timeout=BLOCK_TIMEOUT, settle=SETTLE):
             raise RuntimeError("thread %d not blocked after %.1fs (state %r)"
                                % (native_id, timeout, state))
         time.sleep(POLL)
+
+
+def wait_committed(predicate, timeout=BLOCK_TIMEOUT):
+    """Spin -- without sleeping, so as to see the moment -- until
+    predicate() is true, and return how long that took; raises on timeout.
+
+    Used by the no-wait scenarios: `predicate` tells that the owner has gone
+    past the last check of its eval breaker before its blocking call.  From
+    then on it cannot merge its BRC queue itself before it blocks: an object
+    dropped now reaches it while it is still attached (spinning on a lock
+    before it parks, or on its way into the system call) or already
+    detached.
+    """
+    start = now()
+    deadline = start + timeout
+    n = 0
+    while not predicate():
+        n += 1
+        if n % 4096 == 0 and now() > deadline:
+            raise RuntimeError("owner not about to block after %.1fs"
+                               % timeout)
+    return now() - start
+
+
+def condition_committed(cond):
+    """True once a thread waiting in cond.wait() has released the
+    condition's lock: Condition.wait() appends its waiter, releases the lock
+    (the eval breaker check after that release call is its last one) and
+    then blocks in waiter.acquire() after only a few plain bytecodes.  Holds
+    for a threading.Condition over a Lock or an RLock (RLock.locked() is new
+    in 3.14); the caller must know that nobody else takes the lock or waits
+    on the condition meanwhile."""
+    return bool(cond._waiters) and not cond._lock.locked()
 
 
 # --------------------------------------------------------------------------

@@ -3,10 +3,19 @@ thread (the dropper) drops the last references while the owner is blocked and
 reports whether the memory came back.
 
     python blocking.py --kind {event,condition,sleep,lock,select,queue}
-                       [--deadline SECONDS]
+                       [--no-wait] [--deadline SECONDS]
 
---deadline is how long the dropper waits for the finalisers before it
-measures (it returns early once everything is freed).
+--deadline is how long after the drop the dropper waits for the finalisers
+before it measures (it returns early once everything is freed).
+
+--no-wait (kinds event, condition, lock, queue): instead of waiting until
+the owner is parked, the dropper spins until the owner has gone past the
+last check of its eval breaker before its blocking call, and drops at once
+-- so the drop often lands while the owner is still attached (a lock waiter
+spins for a while before it parks).  Only then does it wait until the owner
+is parked, and measures.  What "past the last check" means per kind is in
+its committed() method.  (select and sleep detach right after such a check,
+so a drop practically never lands while they are attached.)
 
 Hand-off: for most kinds the owner appends the payloads to a list created by
 the main thread and the main thread clear()s it.  For --kind queue the owner
@@ -37,6 +46,9 @@ class EventKind:
     def block(self):
         self.event.wait()
 
+    def committed(self):
+        return h.condition_committed(self.event._cond)
+
     def release(self):
         self.event.set()
 
@@ -50,6 +62,9 @@ class ConditionKind:
         with self.cond:
             while not self.go:
                 self.cond.wait()
+
+    def committed(self):
+        return h.condition_committed(self.cond)  # over an RLock
 
     def release(self):
         with self.cond:
@@ -73,10 +88,17 @@ class LockKind:
     def __init__(self):
         self.lock = threading.Lock()
         self.lock.acquire()  # held by the main thread
+        self.blocking = False
 
     def block(self):
+        # A plain store: no eval breaker check between it and the spinning
+        # inside acquire() (calls check it only once they return).
+        self.blocking = True
         self.lock.acquire()
         self.lock.release()
+
+    def committed(self):
+        return self.blocking
 
     def release(self):
         self.lock.release()
@@ -111,6 +133,9 @@ class QueueKind:
     def block(self):
         self.back.get()
 
+    def committed(self):
+        return h.condition_committed(self.back.not_empty)
+
     def release(self):
         self.back.put(None)
 
@@ -136,9 +161,11 @@ class ListHandoff:
         self.box.clear()
 
 
-def run(kind_name, deadline):
+def run(kind_name, deadline, no_wait=False):
     h.setup()
     kind = KINDS[kind_name]()
+    if no_wait and not hasattr(kind, "committed"):
+        raise SystemExit("--no-wait is not supported for --kind " + kind_name)
     handoff = kind if hasattr(kind, "sink") else ListHandoff()
     tracker = h.Tracker()
     handed = threading.Event()
@@ -159,11 +186,24 @@ def run(kind_name, deadline):
     thread.start()
     if not handed.wait(h.BLOCK_TIMEOUT):
         raise RuntimeError("owner never handed over its payloads")
-    block_wait = h.wait_blocked(thread.native_id)
-
-    stats_before = h.brc_stats()
-    dropped_at = h.now()
-    handoff.drop()
+    timing = {}
+    if no_wait:
+        stats_before = h.brc_stats()
+        timing["commit_wait_s"] = round(h.wait_committed(kind.committed), 6)
+        dropped_at = h.now()
+        handoff.drop()
+        state_after_drop = h.thread_state(thread.native_id)
+        # Now wait until it is parked, running bytecode meanwhile (as any
+        # program would): ft-brc may leave the final deallocation to a
+        # pending call on a running thread.
+        h.wait_blocked(thread.native_id)
+        timing["parked_after_drop_s"] = round(h.now() - dropped_at, 4)
+    else:
+        timing["block_wait_s"] = round(h.wait_blocked(thread.native_id), 4)
+        stats_before = h.brc_stats()
+        dropped_at = h.now()
+        handoff.drop()
+        state_after_drop = None
     result = h.measure(tracker, thread.ident, thread.native_id,
                        awake.is_set, deadline, dropped_at)
     h.add_brc_stats(result, "brc_stats_before", stats_before)
@@ -176,12 +216,14 @@ def run(kind_name, deadline):
     result.update(h.after_wake(tracker, thread.ident))
 
     result.update(mem)
+    result.update(timing)
     result.update({
         "scenario": "blocking",
         "kind": kind_name,
+        "no_wait": no_wait,
+        "owner_state_after_drop": state_after_drop,
         "total": tracker.expected,
         "deadline_s": deadline,
-        "block_wait_s": round(block_wait, 4),
         "release_to_wake_s": round(h.now() - t_release, 4),
         "elapsed_s": round(h.now() - t_start, 4),
     })
@@ -191,9 +233,10 @@ def run(kind_name, deadline):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--kind", choices=sorted(KINDS), required=True)
+    ap.add_argument("--no-wait", action="store_true")
     ap.add_argument("--deadline", type=float, default=5.0)
     args = ap.parse_args()
-    h.emit(run(args.kind, args.deadline))
+    h.emit(run(args.kind, args.deadline, args.no_wait))
 
 
 if __name__ == "__main__":
