@@ -840,6 +840,7 @@ stage_update_checksums() {
     if [[ -f $CHECKSUMS_FILE ]]; then
         echo "changes:"; diff "$CHECKSUMS_FILE" "$tmp" || true
     fi
+    chmod 644 "$tmp"  # mktemp makes it 0600; a clone has 0644
     mv -f "$tmp" "$CHECKSUMS_FILE"
     echo "wrote $CHECKSUMS_FILE:"; cat "$CHECKSUMS_FILE"
     note "${#files[@]} file(s) in ${CHECKSUMS_FILE#"$ROOT"/}"
