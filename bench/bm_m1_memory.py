@@ -31,6 +31,7 @@ A sampler thread reads /proc/self/statm every ~5 ms.  Reported, per run:
   m1_rest_rss    median RSS right after each batch's registry entry was
                  dropped (the level the loop returns to before loading the
                  next batch; stock ft keeps the dropped batch here)
+  m1_baseline_rss  RSS before the first batch (the interpreter alone)
 
 Pages are touched in C (strided mmap slice assignment) and loading is
 mostly sleeping, so the phases of the loop last about as long in every
@@ -230,6 +231,8 @@ def main():
     u.record(args.output, "m1_steady_rss", [int(res["steady_rss"])], "byte",
              extra)
     u.record(args.output, "m1_rest_rss", [res["rest_rss"]], "byte", extra)
+    u.record(args.output, "m1_baseline_rss", [res["baseline_rss"]], "byte",
+             extra)
     if args.timeline:
         u.write_json(args.timeline, {
             k: res[k] for k in ("baseline_rss", "peak_rss", "steady_rss",
