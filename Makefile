@@ -73,7 +73,7 @@ bench-venv: venv
 		touch $(VENV)/.bench-requirements-stamp; \
 	fi
 
-bench: flavours bench-venv ## full benchmarks (~20 min) -> bench/results/<timestamp>/report.md
+bench: flavours bench-venv ## full benchmarks (~11 min) -> bench/results/<timestamp>/report.md
 	$(if $(DIST),BRC_MERGE_DIST='$(DIST)') $(VENV)/bin/python bench/run.py --mode full $(BENCH_ARGS)
 
 bench-fast: flavours bench-venv ## quick benchmarks (<= 3 min, CI) -> bench/results/fast/report.md

@@ -362,8 +362,9 @@ def write_report(results):
     w("Ratios are per-round ratios of medians (every round runs all "
       "configurations back to back, in rotated order), given as median "
       "[min-max] over rounds. Values are median +- standard deviation over "
-      "all values. The machine is noisy; trust the callgrind counts and "
-      "compare_to's significance more than small wall-time differences.")
+      "all values. The machine is noisy (a shared VM whose speed was seen "
+      "to change by up to 2x between and even within processes), so trust "
+      "compare_to's significance and the ranges more than single numbers.")
     w("")
     w("GOALS_PLACEHOLDER")
     w("")
@@ -527,8 +528,11 @@ def write_report(results):
     cg = results / "callgrind.json"
     if cg.exists():
         d = json.loads(cg.read_text())
-        w("Callgrind instruction counts (deterministic up to thread "
-          "scheduling): %s, N=%d." % (d["workload"], d["n"]))
+        w("Callgrind instruction counts: %s, N=%d. Not fully deterministic:"
+          " valgrind's thread interleaving varies, which moves the counts "
+          "by a few per cent (compare ft with threshold 0; the last column "
+          "shows, per run, how many objects were merged on behalf)."
+          % (d["workload"], d["n"]))
         w("")
         w("| config | instructions N - N=0 (mean of runs; range) | "
           "/ threshold 0 | enqueued / merged on behalf / suspensions |")
