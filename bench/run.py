@@ -62,11 +62,11 @@ T1_CONFIGS = ["ft-brc-t0", "ft-brc", "ft-brc-t2", "ft-brc-t10",
 MODES = {
     "fast": {
         "groups": ["M1", "M2", "T1", "T2"],
-        "rounds": {"M1": 3, "M2": 3, "T1": 3, "T2": 2},
+        "rounds": {"M1": 3, "M2": 3, "T1": 3, "T2": 4},
         "m1_args": ["--steps", "8"],
         "m2_args": ["--samples", "30"],
         "pyperf_args": {"T1": ["-p", "1", "-n", "3", "-w", "1"],
-                        "T2": ["-p", "2", "-n", "3", "-w", "1"]},
+                        "T2": ["-p", "1", "-n", "3", "-w", "1"]},
     },
     "full": {
         "groups": ["M1", "M2", "T1", "T2", "CG", "PP", "TORCH"],
