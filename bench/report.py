@@ -176,10 +176,22 @@ def compare_to(results, ref, others, names, suites):
 # --------------------------------------------------------------------------
 # plots
 
-def plot_memory(results, out):
+def _pyplot():
+    """matplotlib's pyplot with the file-only Agg backend (no display here)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    return plt
+
+
+def _save(plt, fig, out):
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def plot_memory(results, out):
+    plt = _pyplot()
 
     runs = []
     for config in FLAVOUR_ORDER:
@@ -211,16 +223,12 @@ def plot_memory(results, out):
                            " consumer acks -> registry entry dropped")
     fig.suptitle("M1: DataLoader-like producer RSS over time (last round)",
                  fontsize=10)
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    _save(plt, fig, out)
     return True
 
 
 def plot_latency(suites, out):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     fig, ax = plt.subplots(figsize=(9, 4.5))
     drew = False
@@ -242,16 +250,12 @@ def plot_latency(suites, out):
     ax.set_title("M2: free latency, owner thread blocked")
     ax.grid(alpha=0.3, which="both")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    _save(plt, fig, out)
     return True
 
 
 def plot_throughput(suites, out):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     panels = []
     # T1: throughput relative to ft-brc threshold 0, per benchmark
@@ -308,9 +312,7 @@ def plot_throughput(suites, out):
         ax.grid(alpha=0.3, axis="x")
         ax.set_xlabel("ratio (bar: median of per-round ratios; whiskers: "
                       "min-max over rounds)", fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    _save(plt, fig, out)
     return True
 
 
