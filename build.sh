@@ -14,14 +14,21 @@ SERIES_LINE=3.14
 # ---------------------------------------------------------------------------
 # Flavours: the ONE place that defines them and their configure flags.
 # ---------------------------------------------------------------------------
-VALID_FLAVOURS=(gil ft ft-brc)
+VALID_FLAVOURS=(gil ft ft-brc ft-brc-debug ft-tsan ft-brc-tsan)
 declare -A FLAVOUR_DESC=(
     [gil]="stock CPython, GIL enabled"
     [ft]="stock CPython, free-threaded (--disable-gil)"
     [ft-brc]="free-threaded + patch series (BRC merge)"
+    [ft-brc-debug]="ft-brc with --with-pydebug (assertions, refleak runs)"
+    [ft-tsan]="stock free-threaded, ThreadSanitizer + pydebug (clang)"
+    [ft-brc-tsan]="ft-brc, ThreadSanitizer + pydebug (clang)"
 )
-declare -A FLAVOUR_PATCHED=([gil]=0 [ft]=0 [ft-brc]=1)   # apply the series?
-declare -A FLAVOUR_GIL=([gil]=True [ft]=False [ft-brc]=False) # sys._is_gil_enabled()
+declare -A FLAVOUR_PATCHED=([gil]=0 [ft]=0 [ft-brc]=1 [ft-brc-debug]=1 [ft-tsan]=0 [ft-brc-tsan]=1)
+declare -A FLAVOUR_GIL=([gil]=True [ft]=False [ft-brc]=False [ft-brc-debug]=False
+    [ft-tsan]=False [ft-brc-tsan]=False)   # sys._is_gil_enabled()
+# Checking builds: no PGO/LTO even with --optimize (PGO under TSan would take an
+# hour and tells nothing; the debug build must stay -Og to be debuggable).
+declare -A FLAVOUR_CHECKING=([ft-brc-debug]=1 [ft-tsan]=1 [ft-brc-tsan]=1)
 CONFIGURE_FLAGS_COMMON=(--with-ensurepip=install)
 # shellcheck disable=SC2034  # read via nameref in configure_flags
 CONFIGURE_FLAGS_gil=()
@@ -29,6 +36,20 @@ CONFIGURE_FLAGS_gil=()
 CONFIGURE_FLAGS_ft=(--disable-gil)
 # shellcheck disable=SC2034
 CONFIGURE_FLAGS_ft_brc=(--disable-gil)
+# shellcheck disable=SC2034
+CONFIGURE_FLAGS_ft_brc_debug=(--disable-gil --with-pydebug)
+# TSan as CPython's own CI builds it: clang, --with-pydebug. gcc's TSan does
+# not model the atomic fences CPython and mimalloc use and reports more noise.
+TSAN_CC=clang-16
+TSAN_CXX=clang++-16
+TSAN_DEPS=(clang-16 libclang-rt-16-dev)
+# shellcheck disable=SC2034
+CONFIGURE_FLAGS_ft_tsan=(--disable-gil --with-thread-sanitizer --with-pydebug
+    "CC=$TSAN_CC" "CXX=$TSAN_CXX")
+# shellcheck disable=SC2034
+CONFIGURE_FLAGS_ft_brc_tsan=("${CONFIGURE_FLAGS_ft_tsan[@]}")
+declare -A FLAVOUR_CC=([ft-tsan]=$TSAN_CC [ft-brc-tsan]=$TSAN_CC)
+declare -A FLAVOUR_DEPS=([ft-tsan]="${TSAN_DEPS[*]}" [ft-brc-tsan]="${TSAN_DEPS[*]}")
 CONFIGURE_FLAGS_OPTIMIZE=(--enable-optimizations --with-lto)
 # Keep frame pointers: we profile these builds.
 CONFIGURE_CFLAGS="-fno-omit-frame-pointer -mno-omit-leaf-frame-pointer"
@@ -55,7 +76,7 @@ Builds CPython (version pinned in patches/$SERIES_LINE/base) and installs each
 FLAVOUR into \$CACHE/install/FLAVOUR, with DIST/FLAVOUR a symlink to it.
 
 Flavours:
-$(for f in "${VALID_FLAVOURS[@]}"; do printf '  %-8s %s\n' "$f" "${FLAVOUR_DESC[$f]}"; done)
+$(for f in "${VALID_FLAVOURS[@]}"; do printf '  %-13s %s\n' "$f" "${FLAVOUR_DESC[$f]}"; done)
 
 Options (each has an environment equivalent; the flag wins):
   --source PATH     BRC_MERGE_SOURCE   CPython tarball (.tgz/.tar.xz) or unpacked tree
@@ -445,12 +466,16 @@ ensure_source_tree() {
 configure_flags() {  # configure_flags FLAVOUR -> CONF_FLAGS array
     local -n own="CONFIGURE_FLAGS_${1//-/_}"
     CONF_FLAGS=(--prefix="$(install_prefix "$1")" "${CONFIGURE_FLAGS_COMMON[@]}" "${own[@]}")
-    [[ $OPTIMIZE == 0 ]] || CONF_FLAGS+=("${CONFIGURE_FLAGS_OPTIMIZE[@]}")
+    [[ $OPTIMIZE == 0 || -n ${FLAVOUR_CHECKING[$1]:-} ]] || CONF_FLAGS+=("${CONFIGURE_FLAGS_OPTIMIZE[@]}")
     CONF_FLAGS+=("CFLAGS=$CONFIGURE_CFLAGS")
 }
 
 # shellcheck disable=SC2086  # CC may carry arguments
-cc_version() { ${CC:-cc} --version 2>/dev/null | sed -n 1p || echo "no compiler"; }
+cc_version() {  # cc_version FLAVOUR: the first line of the compiler's --version
+    local cc=${CC:-cc}
+    [[ -z ${1:-} ]] || cc=${FLAVOUR_CC[$1]:-$cc}
+    $cc --version 2>/dev/null | sed -n 1p || echo "no compiler"
+}
 
 series_key() {  # sha256 of the series file and each listed patch (patched flavours)
     local p
@@ -478,7 +503,7 @@ full_key() {  # full_key FLAVOUR
         printf 'series none\n'
     fi
     printf 'configure %s\n' "${CONF_FLAGS[*]}"
-    printf 'cc %s\n' "$(cc_version)"
+    printf 'cc %s\n' "$(cc_version "$f")"
     printf 'optimize %s\n' "$OPTIMIZE"
 }
 
@@ -544,13 +569,16 @@ ensure_packages() {  # ensure_packages PKG...: install missing Debian packages (
     note "apt-get installed ${missing[*]}"
 }
 
-stage_deps() {
+stage_deps() {  # stage_deps FLAVOUR
+    local -a deps=("${BUILD_DEPS[@]}")
+    # shellcheck disable=SC2206  # a space-separated package list
+    [[ -z ${FLAVOUR_DEPS[$1]:-} ]] || deps+=(${FLAVOUR_DEPS[$1]})
     if [[ $NO_DEPS == 1 ]]; then
-        echo "BRC_MERGE_NO_DEPS/--no-deps: not checking ${BUILD_DEPS[*]}"
+        echo "BRC_MERGE_NO_DEPS/--no-deps: not checking ${deps[*]}"
         note "skipped: --no-deps"
         return
     fi
-    ensure_packages "${BUILD_DEPS[@]}"
+    ensure_packages "${deps[@]}"
 }
 
 # ---------------------------------------------------------------------------
@@ -624,7 +652,7 @@ stage_configure() {  # stage_configure FLAVOUR
     local f=$1 b=$CACHE/build/$1
     configure_flags "$f"
     local key
-    key=$(printf '%s\n' "${CONF_FLAGS[@]}" "cc $(cc_version)" "configure $(sha256_of "$b/src/configure")")
+    key=$(printf '%s\n' "${CONF_FLAGS[@]}" "cc $(cc_version "$f")" "configure $(sha256_of "$b/src/configure")")
     if [[ -f $b/obj/Makefile && -f $b/obj/.brc-merge-configure-key ]] &&
         [[ "$(cat "$b/obj/.brc-merge-configure-key")" == "$key" ]]; then
         echo "configure key unchanged; not re-running configure"
@@ -766,7 +794,7 @@ build_flavour() {  # build_flavour FLAVOUR
     fi
     local logs=$b/logs
     run_stage patch "$f" "$logs" stage_patch "$f"
-    run_stage deps "$f" "$logs" stage_deps
+    run_stage deps "$f" "$logs" stage_deps "$f"
     key=$(full_key "$f")   # the compiler may only exist now
     run_stage configure "$f" "$logs" stage_configure "$f"
     run_stage make "$f" "$logs" stage_make "$f"
