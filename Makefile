@@ -5,6 +5,7 @@
 #   JOBS=N  SOURCE=PATH  CACHE=DIR  DIST=DIR  PATCHES=DIR  PREFIX=DIR  OPTIMIZE=1  OFFLINE=1  QUIET=1
 #   HOST_PYTHON=python3 (creates .venv for the tests)  PYTEST_ARGS=...
 #   BENCH_ARGS=... (extra bench/run.py options, e.g. --groups M1,M2)  BENCH_TORCH=1
+#   TESTS="test_x ..." (tsan/refleak/parity: other CPython tests)  STRESS_SECONDS=N (make stress)
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := ft-brc
@@ -22,9 +23,14 @@ BUILD_ARGS := $(if $(JOBS),--jobs '$(JOBS)') $(if $(SOURCE),--source '$(SOURCE)'
 	$(if $(filter 1 yes true,$(OPTIMIZE)),--optimize) \
 	$(if $(filter 1 yes true,$(OFFLINE)),--offline) $(if $(filter 1 yes true,$(QUIET)),--quiet)
 
+CHECKING := ft-brc-debug ft-tsan ft-brc-tsan
+ALL_FLAVOURS := $(FLAVOURS) $(CHECKING)
+# make stress: seconds per flavour (two flavours: about 5 minutes in all).
+STRESS_SECONDS ?= 150
+CHECKS := $(VENV)/bin/python tests/regrtest_checks.py
+
 .PHONY: help ft-brc ft gil flavours test venv bench bench-fast bench-venv clean distclean checksums \
-	image base-image
-# Later: stress, tsan (add them to .PHONY and `help`).
+	image base-image $(CHECKING) tsan tsan-stock refleak stress parity reliability
 
 help: ## this list (default target: ft-brc)
 	@echo "make [TARGET] [JOBS=N SOURCE=PATH CACHE=DIR DIST=DIR PATCHES=DIR OPTIMIZE=1 OFFLINE=1]"
@@ -42,6 +48,15 @@ gil: ## build stock (GIL) CPython into dist/gil
 
 flavours: ## build all three flavours: gil ft ft-brc
 	$(BUILD) $(BUILD_ARGS) $(FLAVOURS)
+
+ft-brc-debug: ## build ft-brc with --with-pydebug into dist/ft-brc-debug
+	$(BUILD) $(BUILD_ARGS) ft-brc-debug
+
+ft-brc-tsan: ## build ft-brc with ThreadSanitizer (clang, pydebug) into dist/ft-brc-tsan
+	$(BUILD) $(BUILD_ARGS) ft-brc-tsan
+
+ft-tsan: ## build stock free-threaded with ThreadSanitizer into dist/ft-tsan
+	$(BUILD) $(BUILD_ARGS) ft-tsan
 
 checksums: ## recompute patches/<line>/checksums after changing the series
 	$(BUILD) $(BUILD_ARGS) --update-checksums
@@ -62,8 +77,29 @@ venv: ## create/refresh .venv (host python3 + tests/requirements.txt)
 		touch $(VENV)/.requirements-stamp; \
 	fi
 
-test: flavours venv ## build all flavours, then run pytest tests/
-	$(if $(DIST),BRC_MERGE_DIST='$(DIST)') $(VENV)/bin/pytest tests/ $(PYTEST_ARGS)
+DIST_ENV := $(if $(DIST),BRC_MERGE_DIST='$(DIST)') $(if $(CACHE),BRC_MERGE_CACHE='$(CACHE)')
+
+test: flavours venv ## build gil ft ft-brc, then run pytest tests/ (incl. a 60-s stress run)
+	$(DIST_ENV) $(VENV)/bin/pytest tests/ $(PYTEST_ARGS)
+
+# Reliability (README "Reliability checks"); reports under tests/results/.
+tsan: ft-brc-tsan venv ## test_free_threading (incl. test_brc) under TSan on ft-brc-tsan: zero reports
+	$(DIST_ENV) $(CHECKS) tsan --flavour ft-brc-tsan $(TESTS)
+
+tsan-stock: ft-tsan venv ## the same on stock ft-tsan (the evidence a suppression needs)
+	$(DIST_ENV) $(CHECKS) tsan --flavour ft-tsan $(TESTS)
+
+refleak: ft-brc-debug venv ## test_brc with regrtest -R 3:3 on ft-brc-debug: no leaks, no assertions
+	$(DIST_ENV) $(CHECKS) refleak --flavour ft-brc-debug $(TESTS)
+
+stress: ft-brc ft-brc-debug venv ## the stress run (~5 min) on ft-brc and ft-brc-debug [STRESS_SECONDS=150]
+	$(DIST_ENV) BRC_MERGE_STRESS_SECONDS=$(STRESS_SECONDS) BRC_MERGE_STRESS_FLAVOURS=ft-brc,ft-brc-debug \
+		$(VENV)/bin/pytest -v tests/test_stress.py $(PYTEST_ARGS)
+
+parity: ft ft-brc venv ## the stdlib subset on ft and ft-brc: identical failure sets (~25 min)
+	$(DIST_ENV) $(CHECKS) parity --flavours ft,ft-brc $(TESTS)
+
+reliability: tsan refleak stress parity ## all four checks of issue 7
 
 # bench/requirements.txt (pyperf, matplotlib, pyperformance) on top of .venv.
 bench-venv: venv
@@ -92,7 +128,7 @@ base-image: ## create BASE_IMAGE (debian:bookworm-slim) locally with debootstrap
 
 clean: ## remove the dist/ symlinks and .venv (keeps every cache)
 	@dist=$$($(BUILD) $(BUILD_ARGS) --print-config | sed -n 's/^BRC_MERGE_DIST=//p'); \
-	for f in $(FLAVOURS); do \
+	for f in $(ALL_FLAVOURS); do \
 		if [[ -L $$dist/$$f ]]; then echo "rm $$dist/$$f"; rm -f "$$dist/$$f"; fi; \
 	done; \
 	rmdir "$$dist" 2>/dev/null || true

@@ -1,0 +1,306 @@
+#!/usr/bin/env python3
+"""Checking runs of CPython's own test suite on the built flavours.
+
+Run by the project's venv python (make tsan / refleak / parity call it); the
+interpreter under test is dist/<flavour>/bin/python3.
+
+  tsan     CPython tests under ThreadSanitizer.  Every TSan report is written
+           to a log file (TSAN_OPTIONS log_path) and counted; the run passes
+           only with zero reports.  Suppressions: CPython's own list for the
+           free-threaded build (Tools/tsan/suppressions_free_threading.txt of
+           the flavour's source tree, what CPython's CI uses) plus
+           tests/tsan/suppressions.txt, the project's list, where an entry is
+           allowed only for a report that stock ft-tsan gives as well (each
+           entry names that evidence).
+  refleak  regrtest -R on a --with-pydebug build: no leaks, no assertion
+           failures.
+  parity   the same tests on two flavours (default ft and ft-brc); the sets
+           of failing test cases (from regrtest's JUnit XML) must be equal.
+
+Each command prints a short report and exits 0 on success, 1 on a failed
+check, 2 on bad usage (e.g. a flavour that is not built).
+"""
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PROJECT_TSAN_SUPPRESSIONS = ROOT / "tests" / "tsan" / "suppressions.txt"
+
+# The series' own tests, and the free-threading suite around them.
+TSAN_TESTS = ["test_free_threading"]
+REFLEAK_TESTS = ["test_free_threading.test_brc"]
+# The stdlib subset of issue 7, with one slice of the multiprocessing suite
+# (the "processes" start-method tests of forkserver: queues, pools, managers).
+PARITY_TESTS = ["test_free_threading", "test_capi", "test_threading", "test_gc",
+                "test_weakref", "test_sys", "test_queue",
+                "test_concurrent_futures",
+                "test_multiprocessing_forkserver.test_processes"]
+
+
+def dist_dir():
+    return Path(os.environ.get("BRC_MERGE_DIST") or ROOT / "dist")
+
+
+def python_of(flavour):
+    py = dist_dir() / flavour / "bin" / "python3"
+    if not os.access(py, os.X_OK):
+        sys.exit(f"error: flavour {flavour} is not built ({py} missing); "
+                 f"build it with: ./build.sh {flavour}")
+    return py
+
+
+def cache_dir():
+    return Path(os.environ.get("BRC_MERGE_CACHE")
+                or Path(os.environ.get("XDG_CACHE_HOME")
+                        or Path.home() / ".cache") / "brc-merge")
+
+
+def clean_env(**extra):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTHON", "TSAN_", "ASAN_"))}
+    env.update(extra)
+    return env
+
+
+def log(msg):
+    print(msg, flush=True)
+
+
+def run_regrtest(python, args, env, timeout, logfile):
+    """Run `python -m test ARGS`, tee-ing its output into LOGFILE."""
+    cmd = [str(python), "-m", "test", *args]
+    log(f"$ {' '.join(cmd)}")
+    start = time.monotonic()
+    with open(logfile, "w") as out:
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True,
+                                stdin=subprocess.DEVNULL)
+        try:
+            for line in proc.stdout:
+                out.write(line)
+                if not QUIET:
+                    sys.stdout.write("  | " + line)
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            out.write(f"\n*** killed after {timeout} s\n")
+            log(f"error: regrtest did not finish in {timeout} s; log: {logfile}")
+            return 124, time.monotonic() - start
+    return proc.returncode, time.monotonic() - start
+
+
+def tail(path, n=60):
+    lines = Path(path).read_text(errors="replace").splitlines()
+    return "\n".join(lines[-n:])
+
+
+def results_dir(name):
+    d = Path(os.environ.get("BRC_MERGE_RESULTS") or ROOT / "tests" / "results") / name
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+# ---------------------------------------------------------------- tsan
+
+TSAN_HEADER = re.compile(r"WARNING: ThreadSanitizer: (.*?)(?: \(pid=\d+\))?$")
+FRAME = re.compile(r"^\s+#(\d+) (\S+) ")
+
+
+def tsan_reports(logdir):
+    """[(kind, top frames, text)] for every report in the TSan log files."""
+    reports = []
+    for f in sorted(Path(logdir).glob("tsan.*")):
+        text = f.read_text(errors="replace")
+        for block in re.split(r"(?m)^==================\n", text):
+            lines = block.splitlines()
+            head = next((TSAN_HEADER.search(l) for l in lines
+                         if TSAN_HEADER.search(l)), None)
+            if not head:
+                continue
+            frames = []
+            for l in lines:
+                m = FRAME.match(l)
+                if m:
+                    frames.append(m.group(2))
+                    if len(frames) == 4:
+                        break
+            reports.append((head.group(1), tuple(frames), block))
+    return reports
+
+
+def cmd_tsan(args):
+    python = python_of(args.flavour)
+    src = cache_dir() / "build" / args.flavour / "src"
+    upstream = src / "Tools" / "tsan" / "suppressions_free_threading.txt"
+    if not upstream.is_file():
+        sys.exit(f"error: {upstream} is missing; rebuild with ./build.sh {args.flavour}")
+    out = results_dir(f"tsan-{args.flavour}")
+    logdir = out / "logs"
+    shutil.rmtree(logdir, ignore_errors=True)
+    logdir.mkdir()
+    # One suppressions file: TSan takes a single path.
+    supp = out / "suppressions.txt"
+    supp.write_text(upstream.read_text() + "\n# --- tests/tsan/suppressions.txt\n"
+                    + PROJECT_TSAN_SUPPRESSIONS.read_text())
+    options = [f"log_path={logdir}/tsan", f"suppressions={supp}",
+               "handle_segv=0", "second_deadlock_stack=1", "history_size=4"]
+    env = clean_env(TSAN_OPTIONS=" ".join(options))
+    tests = args.tests or TSAN_TESTS
+    rc, secs = run_regrtest(python, ["-j", str(args.jobs), f"--timeout={args.timeout}",
+                                     "--fail-env-changed", *tests],
+                            env, args.timeout * 4, out / "regrtest.log")
+    reports = tsan_reports(logdir)
+    log(f"tsan {args.flavour}: {' '.join(tests)}: regrtest exit {rc} in {secs:.0f} s, "
+        f"{len(reports)} ThreadSanitizer report(s); logs in {out}")
+    seen = {}
+    for kind, frames, _ in reports:
+        seen.setdefault((kind, frames), 0)
+        seen[(kind, frames)] += 1
+    for (kind, frames), n in sorted(seen.items()):
+        log(f"  {n:3d}x {kind}: {' <- '.join(frames)}")
+    if reports:
+        log("first report:\n" + reports[0][2])
+    if rc != 0:
+        log(tail(out / "regrtest.log"))
+    return 0 if rc == 0 and not reports else 1
+
+
+# ------------------------------------------------------------- refleak
+
+def cmd_refleak(args):
+    python = python_of(args.flavour)
+    check = subprocess.run([str(python), "-c",
+                            "import sysconfig; print(sysconfig.get_config_var('Py_DEBUG'))"],
+                           capture_output=True, text=True, env=clean_env())
+    if check.stdout.strip() != "1":
+        sys.exit(f"error: {args.flavour} is not a --with-pydebug build; "
+                 "use --flavour ft-brc-debug")
+    out = results_dir(f"refleak-{args.flavour}")
+    tests = args.tests or REFLEAK_TESTS
+    rc, secs = run_regrtest(python, ["-R", args.runs, f"--timeout={args.timeout}",
+                                     "--fail-env-changed", *tests],
+                            clean_env(), args.timeout * 4, out / "regrtest.log")
+    text = (out / "regrtest.log").read_text(errors="replace")
+    leaks = [l for l in text.splitlines() if re.search(r"\bleaked\b", l)]
+    asserts = [l for l in text.splitlines()
+               if "Assertion" in l or "Fatal Python error" in l]
+    log(f"refleak {args.flavour} -R {args.runs}: {' '.join(tests)}: exit {rc} in "
+        f"{secs:.0f} s; {len(leaks)} leak line(s), {len(asserts)} assertion/fatal line(s)")
+    for l in leaks + asserts:
+        log("  " + l)
+    if rc != 0:
+        log(tail(out / "regrtest.log"))
+    return 0 if rc == 0 and not leaks and not asserts else 1
+
+
+# -------------------------------------------------------------- parity
+
+def junit_failures(path):
+    """{test case id: 'failure'|'error'} and the number of cases, from JUnit XML."""
+    failed, total = {}, 0
+    if not Path(path).is_file():
+        return None, 0
+    root = ET.parse(path).getroot()
+    for case in root.iter("testcase"):
+        total += 1
+        for tag in ("failure", "error"):
+            if case.find(tag) is not None:
+                failed[case.get("name")] = tag
+    return failed, total
+
+
+def summary_line(text, label):
+    m = re.findall(rf"(?m)^(\d+ tests? {label}):?$", text)
+    return m[-1] if m else ""
+
+
+def cmd_parity(args):
+    flavours = args.flavours.split(",")
+    if len(flavours) != 2:
+        sys.exit("error: --flavours takes two comma-separated flavours, e.g. ft,ft-brc")
+    pythons = [python_of(f) for f in flavours]
+    out = results_dir("parity")
+    tests = args.tests or PARITY_TESTS
+    rows = {}
+    for flavour, python in zip(flavours, pythons):
+        xml = out / f"{flavour}.xml"
+        xml.unlink(missing_ok=True)
+        rc, secs = run_regrtest(python, ["-j", str(args.jobs), f"--timeout={args.timeout}",
+                                         "--junit-xml", str(xml), *tests],
+                                clean_env(), args.timeout * 8, out / f"{flavour}.log")
+        failed, total = junit_failures(xml)
+        text = (out / f"{flavour}.log").read_text(errors="replace")
+        result = re.findall(r"(?m)^Result: (.*)$", text)
+        rows[flavour] = (rc, secs, failed, total, result[-1] if result else "?", text)
+        log(f"parity {flavour}: exit {rc} in {secs:.0f} s, {total} test cases, "
+            f"{'?' if failed is None else len(failed)} failing, regrtest result {rows[flavour][4]}")
+    (a, b) = flavours
+    fa, fb = rows[a][2], rows[b][2]
+    if fa is None or fb is None:
+        log("error: regrtest wrote no JUnit XML; see the logs in " + str(out))
+        return 1
+    only_a = sorted(set(fa) - set(fb))
+    only_b = sorted(set(fb) - set(fa))
+    both = sorted(set(fa) & set(fb))
+    md = [f"# stdlib parity: {a} vs {b}", "",
+          f"Tests: {' '.join(tests)}", "",
+          "| flavour | regrtest result | exit | time | test cases | failing cases |",
+          "|---|---|---|---|---|---|"]
+    for f in flavours:
+        rc, secs, failed, total, result, _ = rows[f]
+        md.append(f"| {f} | {result} | {rc} | {secs:.0f} s | {total} | {len(failed)} |")
+    md += ["", f"Failing in both ({len(both)}):"] + [f"- {t} ({fa[t]})" for t in both]
+    md += ["", f"Failing only on {a} ({len(only_a)}):"] + [f"- {t}" for t in only_a]
+    md += ["", f"Failing only on {b} ({len(only_b)}):"] + [f"- {t}" for t in only_b]
+    for f in flavours:
+        for label in ("failed", "failed when re-run", "altered the execution environment"):
+            s = summary_line(rows[f][5], label)
+            if s:
+                md.append(f"- {f}: {s}")
+    report = "\n".join(md) + "\n"
+    (out / "report.md").write_text(report)
+    log(report)
+    log(f"report: {out / 'report.md'}")
+    return 0 if not only_a and not only_b else 1
+
+
+QUIET = False
+
+
+def main():
+    global QUIET
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quiet", action="store_true", help="do not echo regrtest's output")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("tsan", help="CPython tests under ThreadSanitizer, zero reports")
+    t.add_argument("--flavour", default="ft-brc-tsan")
+    t.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    t.add_argument("--timeout", type=int, default=1800, help="per test file, seconds")
+    t.add_argument("tests", nargs="*", help=f"default: {' '.join(TSAN_TESTS)}")
+    r = sub.add_parser("refleak", help="regrtest -R on the debug build")
+    r.add_argument("--flavour", default="ft-brc-debug")
+    r.add_argument("--runs", default="3:3", help="regrtest -R warmups:runs (default 3:3)")
+    r.add_argument("--timeout", type=int, default=1800)
+    r.add_argument("tests", nargs="*", help=f"default: {' '.join(REFLEAK_TESTS)}")
+    q = sub.add_parser("parity", help="same failures on two flavours")
+    q.add_argument("--flavours", default="ft,ft-brc")
+    q.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    q.add_argument("--timeout", type=int, default=900)
+    q.add_argument("tests", nargs="*", help=f"default: {' '.join(PARITY_TESTS)}")
+    args = p.parse_args()
+    QUIET = args.quiet
+    return {"tsan": cmd_tsan, "refleak": cmd_refleak, "parity": cmd_parity}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
