@@ -81,9 +81,11 @@ def run_regrtest(python, args, env, timeout, logfile):
     log(f"$ {' '.join(cmd)}")
     start = time.monotonic()
     with open(logfile, "w") as out:
+        # In the results directory: regrtest -R writes reflog.txt to the cwd.
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True,
-                                stdin=subprocess.DEVNULL)
+                                stdin=subprocess.DEVNULL,
+                                cwd=Path(logfile).parent)
         try:
             for line in proc.stdout:
                 out.write(line)
@@ -138,6 +140,20 @@ def tsan_reports(logdir):
     return reports
 
 
+RACE = """
+import threading
+it = iter(range(10**6))
+def drain():
+    for _ in it:
+        pass
+threads = [threading.Thread(target=drain) for _ in range(2)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+"""
+
+
 def cmd_tsan(args):
     python = python_of(args.flavour)
     src = cache_dir() / "build" / args.flavour / "src"
@@ -155,6 +171,20 @@ def cmd_tsan(args):
     options = [f"log_path={logdir}/tsan", f"suppressions={supp}",
                "handle_segv=0", "second_deadlock_stack=1", "history_size=4"]
     env = clean_env(TSAN_OPTIONS=" ".join(options))
+    # Self-check: a known data race (a range iterator shared by two threads,
+    # gh-129068) must be reported, or the interpreter is not instrumented
+    # or the log path does not work, and "zero reports" would mean nothing.
+    probe = out / "self-check"
+    shutil.rmtree(probe, ignore_errors=True)
+    probe.mkdir()
+    subprocess.run([str(python), "-c", RACE], env=clean_env(
+        TSAN_OPTIONS=f"log_path={probe}/tsan exitcode=0"), timeout=600,
+        stdin=subprocess.DEVNULL, capture_output=True)
+    if not tsan_reports(probe):
+        log(f"error: {args.flavour} reported no data race for a known racy snippet; "
+            "is it built with --with-thread-sanitizer?")
+        return 1
+    log(f"self-check: a known race is reported ({len(tsan_reports(probe))} report(s))")
     tests = args.tests or TSAN_TESTS
     rc, secs = run_regrtest(python, ["-j", str(args.jobs), f"--timeout={args.timeout}",
                                      "--fail-env-changed", *tests],

@@ -1,0 +1,126 @@
+"""Stress run: tests/stress/brc_stress.py under the interpreter under test.
+
+The script (see its docstring) runs worker, native (pthread + PyGILState),
+short-lived and forked threads that hand objects to each other while their
+owners block in many ways, runs child interpreters that exit with owners
+blocked and queues full, and then checks that every object it created was
+finalised exactly once.  It prints one JSON line (--json); this test judges
+it.
+
+Environment:
+  BRC_MERGE_STRESS_SECONDS   duration of the run (default 60)
+  BRC_MERGE_STRESS_FLAVOURS  comma list of flavours to run (default "ft-brc";
+                             e.g. "ft-brc,ft-brc-debug,ft,gil")
+Flavours that are not built are skipped (conftest.dist_python).
+"""
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from conftest import ROOT, dist_python
+
+STRESS = ROOT / "tests" / "stress" / "brc_stress.py"
+SECONDS = float(os.environ.get("BRC_MERGE_STRESS_SECONDS") or 60)
+STRESS_FLAVOURS = tuple(
+    f.strip() for f in (os.environ.get("BRC_MERGE_STRESS_FLAVOURS") or "ft-brc").split(",")
+    if f.strip())
+# Longer than the script's own watchdog (duration*3+60), which dumps every
+# thread's traceback on a hang; this only catches a hang of the watchdog.
+SUBPROCESS_TIMEOUT = SECONDS * 4 + 120
+
+
+def _text(data):
+    if data is None:
+        return ""
+    if isinstance(data, bytes):
+        return data.decode("utf-8", "replace")
+    return data
+
+
+def _tail(text, lines=120):
+    return "\n".join(_text(text).splitlines()[-lines:])
+
+
+def _report(cmd, returncode, stdout, stderr):
+    return ("command: %s\nreturncode: %r\n--- stderr (tail) ---\n%s\n--- stdout (tail) ---\n%s"
+            % (" ".join(cmd), returncode, _tail(stderr), _tail(stdout, 5)[-4000:]))
+
+
+def _summary(r):
+    """The result in a few lines: what failed first, then the counts."""
+    forks = [{k: f.get(k) for k in ("n", "exitcode", "timed_out", "report")} for f in r["forks"]]
+    runs = [{k: s.get(k) for k in ("n", "returncode", "ok", "threshold", "timed_out", "report")}
+            for s in r["shutdown_runs"]]
+    lines = ["failures:"] + ["  - " + f.replace("\n", "\n    ")[:3000] for f in r["failures"]]
+    for key in ("seed", "created", "finalised", "double_finalised", "leaked", "leaked_sample",
+                "native_threads", "short_lived_threads", "blocks", "brc_stats_delta",
+                "brc_accounting", "hung_threads"):
+        lines.append("%s: %s" % (key, json.dumps(r.get(key), sort_keys=True)))
+    lines.append("forks: %s" % json.dumps(forks, sort_keys=True))
+    lines.append("shutdown_runs: %s" % json.dumps(runs, sort_keys=True))
+    return "\n".join(lines)
+
+
+@pytest.mark.timeout(SUBPROCESS_TIMEOUT + 120)
+@pytest.mark.parametrize("flavour", STRESS_FLAVOURS)
+def test_stress(flavour):
+    python = dist_python(flavour)
+    seconds = ("%g" % SECONDS)
+    cmd = [str(python), str(STRESS), "--duration", seconds, "--json"]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT,
+                           stdin=subprocess.DEVNULL, cwd=str(ROOT))
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail("stress run did not finish within %.0f s\n%s" % (
+            SUBPROCESS_TIMEOUT, _report(cmd, None, exc.stdout, exc.stderr)))
+    report = _report(cmd, p.returncode, p.stdout, p.stderr)
+
+    lines = [line for line in p.stdout.splitlines() if line.strip()]
+    if len(lines) != 1:
+        pytest.fail("expected exactly one JSON line on stdout, got %d\n%s" % (len(lines), report))
+    try:
+        r = json.loads(lines[0])
+    except ValueError:
+        pytest.fail("stdout is not JSON\n" + report)
+    report = "--- result ---\n%s\n%s" % (_summary(r), report)
+
+    if p.returncode != 0 or not r["ok"]:
+        pytest.fail("stress run failed (exit %r)\n%s" % (p.returncode, report))
+
+    # the right interpreter, and a run that really did something
+    info = r["interpreter"]
+    assert info["gil_enabled"] == (flavour == "gil"), report
+    assert info["py_debug"] == flavour.endswith("-debug"), report
+    assert r["created"] > 0 and r["blocks"], report
+    assert r["short_lived_threads"] > 0, report
+    if info["ctypes_libc"] and not info.get("tsan"):      # (TSan: no native threads)
+        assert r["native_threads"] > 0, report
+
+    # every object finalised exactly once
+    assert r["created"] == r["finalised"], report
+    assert r["double_finalised"] == 0, report
+    assert r["leaked"] == 0, report
+
+    # forks: all requested forks happened and every child exited 0 (TSan: no forks)
+    assert len(r["forks"]) == r["forks_requested"], report
+    if not info.get("tsan"):
+        assert r["forks_requested"] > 0, report
+    for fork in r["forks"]:
+        assert fork["exitcode"] == 0 and fork["ok"], report
+
+    # shutdown with owners blocked: every child interpreter exited cleanly
+    assert r["shutdown_runs"], report
+    for run in r["shutdown_runs"]:
+        assert run["returncode"] == 0 and run["ok"], report
+
+    # on patched builds: merges for blocked owners really happened
+    if info["has_brc_stats"]:
+        delta = r["brc_stats_delta"]
+        assert delta["merged_on_behalf"] > 0, "no merge on behalf of a blocked owner\n" + report
+        assert delta["merged_on_detach"] + delta["merged_on_reattach"] > 0, (
+            "no merge as an owner detached or re-attached\n" + report)
+        assert r["brc_accounting"]["ok"], report
+        assert delta["queue_length"] == 0, report
