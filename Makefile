@@ -96,7 +96,7 @@ stress: ft-brc ft-brc-debug venv ## the stress run (~5 min) on ft-brc and ft-brc
 	$(DIST_ENV) BRC_MERGE_STRESS_SECONDS=$(STRESS_SECONDS) BRC_MERGE_STRESS_FLAVOURS=ft-brc,ft-brc-debug \
 		$(VENV)/bin/pytest -v tests/test_stress.py $(PYTEST_ARGS)
 
-parity: ft ft-brc venv ## the stdlib subset on ft and ft-brc: identical failure sets (~25 min)
+parity: ft ft-brc venv ## the stdlib subset on ft and ft-brc: identical failure sets (~9 min)
 	$(DIST_ENV) $(CHECKS) parity --flavours ft,ft-brc $(TESTS)
 
 reliability: tsan refleak stress parity ## all four checks of issue 7

@@ -421,11 +421,27 @@ class Libc:
         except (OSError, AttributeError):
             self.ok = False
 
+    _array_types = {}
+    _array_lock = threading.Lock()
+
+    @classmethod
+    def int_array_type(cls, n):
+        """ctypes.c_int * n, made once. ctypes caches array types in a dict
+        whose entry a dying type removes; two threads that create the same
+        array type at once on a free-threaded build can both insert, and the
+        second removal then fails (KeyError in _ctypes.DictRemover, seen on
+        ft-brc-debug). That is a ctypes matter, not ours: avoid it."""
+        with cls._array_lock:
+            t = cls._array_types.get(n)
+            if t is None:
+                t = cls._array_types[n] = ctypes.c_int * n
+            return t
+
     def sort_with_callback(self, n, rng, on_compare):
         """qsort n ints; the comparator (a ctypes callback: nested
         PyGILState_Ensure/Release around every call) calls on_compare every
         few comparisons."""
-        arr = (ctypes.c_int * n)(*[rng.randrange(1 << 30) for _ in range(n)])
+        arr = self.int_array_type(n)(*[rng.randrange(1 << 30) for _ in range(n)])
         calls = [0]
 
         def cmp(a, b):
