@@ -138,11 +138,19 @@ def test_help(sandbox):
         assert word in p.stdout
 
 
+def test_checking_flavours_listed(sandbox):
+    p = sandbox.run("--help")
+    assert p.returncode == 0
+    for flavour in ("ft-brc-debug", "ft-tsan", "ft-brc-tsan"):
+        assert re.search(rf"^  {flavour} ", p.stdout, re.M), p.stdout
+    assert "--with-pydebug" in p.stdout and "ThreadSanitizer" in p.stdout
+
+
 def test_unknown_flavour(sandbox):
     p = sandbox.run("gil", "nogil", "ft-brc")
     assert p.returncode == 2, p.out
     assert "unknown flavour" in p.stderr and "nogil" in p.stderr
-    assert "gil ft ft-brc" in p.stderr          # lists the valid ones
+    assert "gil ft ft-brc ft-brc-debug ft-tsan ft-brc-tsan" in p.stderr   # lists the valid ones
     assert not sandbox.cache.exists()           # nothing touched at all
     sandbox.assert_dist_untouched()
 
