@@ -28,6 +28,8 @@ ALL_FLAVOURS := $(FLAVOURS) $(CHECKING)
 # make stress: seconds per flavour (two flavours: about 5 minutes in all).
 STRESS_SECONDS ?= 150
 CHECKS := $(VENV)/bin/python tests/regrtest_checks.py
+# Where the tests and benchmarks find the builds (same settings as build.sh).
+DIST_ENV := $(if $(DIST),BRC_MERGE_DIST='$(DIST)') $(if $(CACHE),BRC_MERGE_CACHE='$(CACHE)')
 
 .PHONY: help ft-brc ft gil flavours test venv bench bench-fast bench-venv clean distclean checksums \
 	image base-image $(CHECKING) tsan tsan-stock refleak stress parity reliability
@@ -77,8 +79,6 @@ venv: ## create/refresh .venv (host python3 + tests/requirements.txt)
 		touch $(VENV)/.requirements-stamp; \
 	fi
 
-DIST_ENV := $(if $(DIST),BRC_MERGE_DIST='$(DIST)') $(if $(CACHE),BRC_MERGE_CACHE='$(CACHE)')
-
 test: flavours venv ## build gil ft ft-brc, then run pytest tests/ (incl. a 60-s stress run)
 	$(DIST_ENV) $(VENV)/bin/pytest tests/ $(PYTEST_ARGS)
 
@@ -110,10 +110,10 @@ bench-venv: venv
 	fi
 
 bench: flavours bench-venv ## full benchmarks (~11 min) -> bench/results/<timestamp>/report.md
-	$(if $(DIST),BRC_MERGE_DIST='$(DIST)') $(VENV)/bin/python bench/run.py --mode full $(BENCH_ARGS)
+	$(DIST_ENV) $(VENV)/bin/python bench/run.py --mode full $(BENCH_ARGS)
 
 bench-fast: flavours bench-venv ## quick benchmarks (<= 3 min, CI) -> bench/results/fast/report.md
-	$(if $(DIST),BRC_MERGE_DIST='$(DIST)') $(VENV)/bin/python bench/run.py --mode fast $(BENCH_ARGS)
+	$(DIST_ENV) $(VENV)/bin/python bench/run.py --mode fast $(BENCH_ARGS)
 
 # The container image (Dockerfile; image/build.sh does the work, README "Container image").
 IMAGE_ENV := OPTIMIZE='$(OPTIMIZE)' JOBS='$(JOBS)' SOURCE='$(SOURCE)' CACHE='$(CACHE)' \

@@ -27,12 +27,12 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from conftest import ROOT, dist_dir  # noqa: E402  (tests/ is this script's dir)
+
 PROJECT_TSAN_SUPPRESSIONS = ROOT / "tests" / "tsan" / "suppressions.txt"
 
 # The series' own tests, and the free-threading suite around them.
@@ -46,10 +46,6 @@ PARITY_TESTS = ["test_free_threading", "test_capi", "test_threading", "test_gc",
                 "test_multiprocessing_forkserver.test_processes"]
 
 
-def dist_dir():
-    return Path(os.environ.get("BRC_MERGE_DIST") or ROOT / "dist")
-
-
 def python_of(flavour):
     py = dist_dir() / flavour / "bin" / "python3"
     if not os.access(py, os.X_OK):
@@ -59,9 +55,10 @@ def python_of(flavour):
 
 
 def cache_dir():
-    return Path(os.environ.get("BRC_MERGE_CACHE")
-                or Path(os.environ.get("XDG_CACHE_HOME")
-                        or Path.home() / ".cache") / "brc-merge")
+    """build.sh's cache directory, as build.sh itself resolves it."""
+    out = subprocess.run([str(ROOT / "build.sh"), "--print-config"], check=True,
+                         capture_output=True, text=True).stdout
+    return Path(re.search(r"(?m)^BRC_MERGE_CACHE=(.*)$", out).group(1))
 
 
 def clean_env(**extra):
