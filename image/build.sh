@@ -3,7 +3,8 @@
 # (`make image` runs this). Offline by design: no registry is needed.
 #
 #  1. engine: docker when its daemon answers (`docker info`), else podman;
-#     podman (+ runc, debootstrap) is apt-installed when missing and we are root.
+#     podman (+ runc, debootstrap) is apt-installed when missing and we are root
+#     (image/deps.sh).
 #     podman gets image/containers.conf (runc, rlimits this VM allows) through
 #     CONTAINERS_CONF and builds with --isolation=chroot.
 #  2. the base image: if BASE_IMAGE is a debian:<suite>[-slim] image that is not
@@ -48,16 +49,10 @@ if [[ -z ${ENGINE:-} ]]; then
     fi
 fi
 if [[ $ENGINE == podman ]]; then
-    missing=()
-    for tool in podman runc debootstrap; do command -v "$tool" >/dev/null || missing+=("$tool"); done
-    if [[ ${#missing[@]} -gt 0 ]]; then
-        # Debian's package names are the tool names.
-        [[ $(id -u) -eq 0 ]] || die "no docker daemon and missing: ${missing[*]}" \
-            "  install them with: sudo apt-get update && sudo apt-get install -y ${missing[*]}"
-        say "installing ${missing[*]}"
-        export DEBIAN_FRONTEND=noninteractive
-        apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null
-    fi
+    # podman, runc, debootstrap: apt-installed as root, else the command is printed.
+    [[ -z $(ENGINE=podman image/deps.sh --missing) ]] ||
+        BRC_MERGE_SKIP_IMAGE=0 ENGINE=podman image/deps.sh >&2 ||
+        die "no docker daemon, and the tools above are missing"
     export CONTAINERS_CONF=${CONTAINERS_CONF:-$ROOT/image/containers.conf}
     ENGINE_BUILD_FLAGS=(--isolation=chroot --pull=never --layers)
 else
