@@ -42,7 +42,10 @@ CONFIGURE_FLAGS_ft_brc_debug=(--disable-gil --with-pydebug)
 # not model the atomic fences CPython and mimalloc use and reports more noise.
 TSAN_CC=clang-16
 TSAN_CXX=clang++-16
-TSAN_DEPS=(clang-16 libclang-rt-16-dev)
+# llvm-16 ships /usr/lib/llvm-16/bin/llvm-symbolizer: the TSan runtime needs
+# its own LLVM's symbolizer (Debian's default is LLVM 14's), or reports have no
+# function names and suppressions (which match names) match nothing.
+TSAN_DEPS=(clang-16 libclang-rt-16-dev llvm-16)
 # shellcheck disable=SC2034
 CONFIGURE_FLAGS_ft_tsan=(--disable-gil --with-thread-sanitizer --with-pydebug
     "CC=$TSAN_CC" "CXX=$TSAN_CXX")

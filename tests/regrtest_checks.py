@@ -11,7 +11,9 @@ interpreter under test is dist/<flavour>/bin/python3.
            the flavour's source tree, what CPython's CI uses) plus
            tests/tsan/suppressions.txt, the project's list, where an entry is
            allowed only for a report that stock ft-tsan gives as well (each
-           entry names that evidence).
+           entry names that evidence).  Reports are symbolized with the
+           flavour's own LLVM (llvm_symbolizer(); Debian package llvm-16), and
+           a self-check proves it before the tests run.
   refleak  regrtest -R on a --with-pydebug build: no leaks, no assertion
            failures.
   parity   the same tests on two flavours (default ft and ft-brc); the sets
@@ -22,6 +24,7 @@ check, 2 on bad usage (e.g. a flavour that is not built).
 """
 
 import argparse
+import functools
 import os
 import re
 import shutil
@@ -59,6 +62,53 @@ def cache_dir():
     out = subprocess.run([str(ROOT / "build.sh"), "--print-config"], check=True,
                          capture_output=True, text=True).stdout
     return Path(re.search(r"(?m)^BRC_MERGE_CACHE=(.*)$", out).group(1))
+
+
+# ------------------------------------------------------- symbolization
+
+# Sanitizer reports name functions only through an external llvm-symbolizer,
+# and it must come from the LLVM of the clang that built the flavour (Debian's
+# default llvm-symbolizer is LLVM 14's; the TSan runtime is clang-16's).  An
+# unsymbolized report has `<null>` frames, and suppressions, which match
+# function names, then match nothing.  BRC_MERGE_LLVM_SYMBOLIZER overrides
+# the path.
+SYMBOLIZER_ENV = "BRC_MERGE_LLVM_SYMBOLIZER"
+
+
+@functools.lru_cache(maxsize=None)
+def llvm_symbolizer(python):
+    """/usr/lib/llvm-N/bin/llvm-symbolizer for the clang-N that built PYTHON;
+    exits with the install command if it is missing or does not run."""
+    cc = subprocess.run([str(python), "-c",
+                         "import sysconfig; print(sysconfig.get_config_var('CC'))"],
+                        capture_output=True, text=True, env=clean_env()).stdout.strip()
+    m = re.match(r"(?:\S*/)?clang-(\d+)\b", cc)
+    if not m:
+        sys.exit(f"error: {python} was not built with a versioned clang (CC={cc!r}); "
+                 "the sanitizer flavours are built with clang-N (build.sh)")
+    version = m.group(1)
+    path = os.environ.get(SYMBOLIZER_ENV) or f"/usr/lib/llvm-{version}/bin/llvm-symbolizer"
+    sudo = "" if os.geteuid() == 0 else "sudo "
+    fix = (f"install it with: {sudo}apt-get update && {sudo}apt-get install -y llvm-{version} "
+           f"(build.sh installs it with the sanitizer flavours' other dependencies)")
+    if os.environ.get(SYMBOLIZER_ENV):
+        fix = f"{SYMBOLIZER_ENV}={path} is set; unset it or point it at LLVM {version}'s llvm-symbolizer"
+    try:
+        ok = subprocess.run([path, "--version"], capture_output=True,
+                            timeout=60).returncode == 0
+    except OSError:
+        ok = False
+    if not ok:
+        sys.exit(f"error: {path} is missing or does not run. Sanitizer reports of "
+                 f"{python} (built by {cc}) need LLVM {version}'s symbolizer: without it "
+                 "they name no functions and no suppression matches.\n  " + fix)
+    return path
+
+
+def sanitizer_options(python, *options):
+    """TSAN_OPTIONS / ASAN_OPTIONS value (the same syntax): OPTIONS plus the
+    flavour's own llvm-symbolizer."""
+    return " ".join([f"external_symbolizer_path={llvm_symbolizer(python)}", *options])
 
 
 def clean_env(**extra):
@@ -137,6 +187,9 @@ def tsan_reports(logdir):
     return reports
 
 
+# The self-check's race must be reported in this function (a frame names it),
+# which proves the reports are symbolized.
+RACE_FUNCTION = "rangeiter_next"
 RACE = """
 import threading
 it = iter(range(10**6))
@@ -167,21 +220,38 @@ def cmd_tsan(args):
                     + PROJECT_TSAN_SUPPRESSIONS.read_text())
     options = [f"log_path={logdir}/tsan", f"suppressions={supp}",
                "handle_segv=0", "second_deadlock_stack=1", "history_size=4"]
-    env = clean_env(TSAN_OPTIONS=" ".join(options))
+    env = clean_env(TSAN_OPTIONS=sanitizer_options(python, *options))
     # Self-check: a known data race (a range iterator shared by two threads,
-    # gh-129068) must be reported, or the interpreter is not instrumented
-    # or the log path does not work, and "zero reports" would mean nothing.
+    # gh-129068) must be reported with its function's name, or the interpreter
+    # is not instrumented, the log path does not work, or reports are not
+    # symbolized (then suppressions match nothing), and "zero reports" or any
+    # other count would mean nothing.  No suppressions here: CPython's own
+    # list suppresses this race.
     probe = out / "self-check"
     shutil.rmtree(probe, ignore_errors=True)
     probe.mkdir()
-    subprocess.run([str(python), "-c", RACE], env=clean_env(
-        TSAN_OPTIONS=f"log_path={probe}/tsan exitcode=0"), timeout=600,
-        stdin=subprocess.DEVNULL, capture_output=True)
-    if not tsan_reports(probe):
-        log(f"error: {args.flavour} reported no data race for a known racy snippet; "
-            "is it built with --with-thread-sanitizer?")
+    p = subprocess.run([str(python), "-c", RACE], env=clean_env(
+        TSAN_OPTIONS=sanitizer_options(python, f"log_path={probe}/tsan", "exitcode=0")),
+        timeout=600, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    probe_reports = tsan_reports(probe)
+    if not probe_reports:
+        logs = "".join(f.read_text(errors="replace")[-2000:] for f in sorted(probe.glob("tsan.*")))
+        log(f"error: {args.flavour} reported no data race for a known racy snippet "
+            f"(exit {p.returncode}); is it built with --with-thread-sanitizer? "
+            f"Its output and TSan log ({probe}):\n" + p.stderr[-2000:] + logs)
         return 1
-    log(f"self-check: a known race is reported ({len(tsan_reports(probe))} report(s))")
+    named = re.compile(rf"(?m)^\s+#\d+ {RACE_FUNCTION}\b.*$")
+    frame = next((m.group(0).strip() for *_, text in probe_reports
+                  for m in [named.search(text)] if m), None)
+    if not frame:
+        log(f"error: the self-check's known race was reported, but no frame names "
+            f"{RACE_FUNCTION}: reports are not symbolized (symbolizer "
+            f"{llvm_symbolizer(python)}), so suppressions would match nothing. "
+            f"The first report's start ({probe}):\n"
+            + "\n".join(probe_reports[0][2].splitlines()[:8]))
+        return 1
+    log(f"self-check: a known race is reported and symbolized "
+        f"({len(probe_reports)} report(s); {frame})")
     tests = args.tests or TSAN_TESTS
     rc, secs = run_regrtest(python, ["-j", str(args.jobs), f"--timeout={args.timeout}",
                                      "--fail-env-changed", *tests],
