@@ -79,8 +79,7 @@ SCENARIOS += [pytest.param(["blocking.py", "--kind", kind, "--no-wait"],
               for kind in NO_WAIT_KINDS]
 
 # sys._brc_stats() counters of merges that do not need the owner to run
-MERGED_FOR_BLOCKED = ("merged_on_behalf", "merged_on_detach",
-                      "merged_on_reattach")
+MERGED_FOR_BLOCKED = ("merged_on_behalf",)
 
 
 def clean_env(extra):

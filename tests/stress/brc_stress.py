@@ -1358,8 +1358,7 @@ def brc_stats():
     return dict(get()) if get is not None else None
 
 
-MERGE_KEYS = ("merged_by_owner", "merged_on_behalf", "merged_by_gc", "merged_at_exit",
-              "merged_on_detach", "merged_on_reattach")
+MERGE_KEYS = ("merged_by_owner", "merged_on_behalf", "merged_by_gc", "merged_at_exit")
 GAUGES = ("queue_length", "max_queue_length")
 
 
