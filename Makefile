@@ -5,16 +5,22 @@
 #   JOBS=N  SOURCE=PATH  CACHE=DIR  DIST=DIR  PATCHES=DIR  PREFIX=DIR  OPTIMIZE=1  OFFLINE=1  QUIET=1
 #   HOST_PYTHON=python3 (creates .venv for the tests)  PYTEST_ARGS=...
 #   BENCH_ARGS=... (extra bench/run.py options, e.g. --groups M1,M2)  BENCH_TORCH=1
-#   TESTS="test_x ..." (tsan/refleak/parity: other CPython tests)  STRESS_SECONDS=N (make stress)
+#   TESTS="test_x ..." (tsan/asan/refleak/parity: other CPython tests)  STRESS_SECONDS=N (make stress)
+#   ASAN_STRESS_SECONDS=N (make asan: stress run length, default 60)
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := ft-brc
 
 FLAVOURS := gil ft ft-brc
+# CPython main (patches/main, pinned commit): stock and patched free-threaded.
+MAIN_FLAVOURS := main-ft main-ft-brc
 BUILD := ./build.sh
 HOST_PYTHON ?= python3
 VENV := .venv
 PYTEST_ARGS ?=
+# make parity: the two flavours to compare (stock first).
+PARITY ?= ft,ft-brc
+comma := ,
 BENCH_ARGS ?=
 
 BUILD_ARGS := $(if $(JOBS),--jobs '$(JOBS)') $(if $(SOURCE),--source '$(SOURCE)') \
@@ -23,16 +29,17 @@ BUILD_ARGS := $(if $(JOBS),--jobs '$(JOBS)') $(if $(SOURCE),--source '$(SOURCE)'
 	$(if $(filter 1 yes true,$(OPTIMIZE)),--optimize) \
 	$(if $(filter 1 yes true,$(OFFLINE)),--offline) $(if $(filter 1 yes true,$(QUIET)),--quiet)
 
-CHECKING := ft-brc-debug ft-tsan ft-brc-tsan
-ALL_FLAVOURS := $(FLAVOURS) $(CHECKING)
+CHECKING := ft-brc-debug ft-tsan ft-brc-tsan ft-asan ft-brc-asan
+ALL_FLAVOURS := $(FLAVOURS) $(MAIN_FLAVOURS) $(CHECKING)
 # make stress: seconds per flavour (two flavours: about 5 minutes in all).
 STRESS_SECONDS ?= 150
+ASAN_STRESS_SECONDS ?= 60
 CHECKS := $(VENV)/bin/python tests/regrtest_checks.py
 # Where the tests and benchmarks find the builds (same settings as build.sh).
 DIST_ENV := $(if $(DIST),BRC_MERGE_DIST='$(DIST)') $(if $(CACHE),BRC_MERGE_CACHE='$(CACHE)')
 
-.PHONY: help ft-brc ft gil flavours test venv image-deps bench bench-fast bench-venv clean distclean checksums \
-	image base-image $(CHECKING) tsan tsan-stock refleak stress parity reliability
+.PHONY: help ft-brc ft gil flavours main-ft main-ft-brc main-flavours test-main test venv image-deps bench bench-fast bench-torch bench-venv clean distclean checksums \
+	image base-image image-torch image-torch-check $(CHECKING) tsan tsan-stock asan asan-stock refleak stress parity reliability
 
 help: ## this list (default target: ft-brc)
 	@echo "make [TARGET] [JOBS=N SOURCE=PATH CACHE=DIR DIST=DIR PATCHES=DIR OPTIMIZE=1 OFFLINE=1]"
@@ -51,6 +58,15 @@ gil: ## build stock (GIL) CPython into dist/gil
 flavours: ## build all three flavours: gil ft ft-brc
 	$(BUILD) $(BUILD_ARGS) $(FLAVOURS)
 
+main-ft: ## build stock free-threaded CPython main (pinned commit) into dist/main-ft
+	$(BUILD) $(BUILD_ARGS) main-ft
+
+main-ft-brc: ## build free-threaded CPython main + patches/main into dist/main-ft-brc
+	$(BUILD) $(BUILD_ARGS) main-ft-brc
+
+main-flavours: ## build both main flavours: main-ft main-ft-brc
+	$(BUILD) $(BUILD_ARGS) $(MAIN_FLAVOURS)
+
 ft-brc-debug: ## build ft-brc with --with-pydebug into dist/ft-brc-debug
 	$(BUILD) $(BUILD_ARGS) ft-brc-debug
 
@@ -59,6 +75,12 @@ ft-brc-tsan: ## build ft-brc with ThreadSanitizer (clang, pydebug) into dist/ft-
 
 ft-tsan: ## build stock free-threaded with ThreadSanitizer into dist/ft-tsan
 	$(BUILD) $(BUILD_ARGS) ft-tsan
+
+ft-brc-asan: ## build ft-brc with AddressSanitizer (clang, pydebug, MI_TRACK_ASAN) into dist/ft-brc-asan
+	$(BUILD) $(BUILD_ARGS) ft-brc-asan
+
+ft-asan: ## build stock free-threaded with AddressSanitizer into dist/ft-asan
+	$(BUILD) $(BUILD_ARGS) ft-asan
 
 checksums: ## recompute patches/<line>/checksums after changing the series
 	$(BUILD) $(BUILD_ARGS) --update-checksums
@@ -85,8 +107,13 @@ venv: ## create/refresh .venv (host python3 + tests/requirements.txt)
 image-deps: ## as root, install the image tests' tools (podman runc debootstrap)
 	image/deps.sh --soft
 
-test: flavours venv image-deps ## build gil ft ft-brc, then run pytest tests/ (incl. a 60-s stress run)
+test: flavours main-flavours venv image-deps ## build the 3.14 and main flavours, then run pytest tests/ (incl. 60-s stress runs)
 	$(DIST_ENV) $(VENV)/bin/pytest tests/ $(PYTEST_ARGS)
+
+# The main line alone: its CPython tests, the scenario matrix and the stress run.
+test-main: main-flavours venv ## build main-ft main-ft-brc, then run their tests only
+	$(DIST_ENV) BRC_MERGE_STRESS_FLAVOURS=main-ft-brc $(VENV)/bin/pytest -k main \
+		tests/test_cpython_suite.py tests/test_scenarios.py tests/test_stress.py $(PYTEST_ARGS)
 
 # Reliability (README "Reliability checks"); reports under tests/results/.
 tsan: ft-brc-tsan venv ## test_free_threading (incl. test_brc) under TSan on ft-brc-tsan: zero reports
@@ -95,6 +122,12 @@ tsan: ft-brc-tsan venv ## test_free_threading (incl. test_brc) under TSan on ft-
 tsan-stock: ft-tsan venv ## the same on stock ft-tsan (the evidence a suppression needs)
 	$(DIST_ENV) $(CHECKS) tsan --flavour ft-tsan $(TESTS)
 
+asan: ft-brc-asan venv ## test_free_threading + 60-s stress run under ASan on ft-brc-asan: zero reports
+	$(DIST_ENV) $(CHECKS) asan --flavour ft-brc-asan --stress-seconds $(ASAN_STRESS_SECONDS) $(TESTS)
+
+asan-stock: ft-asan venv ## the same on stock ft-asan (the evidence for the ASan exclusions)
+	$(DIST_ENV) $(CHECKS) asan --flavour ft-asan --stress-seconds $(ASAN_STRESS_SECONDS) $(TESTS)
+
 refleak: ft-brc-debug venv ## test_brc with regrtest -R 3:3 on ft-brc-debug: no leaks, no assertions
 	$(DIST_ENV) $(CHECKS) refleak --flavour ft-brc-debug $(TESTS)
 
@@ -102,10 +135,11 @@ stress: ft-brc ft-brc-debug venv ## the stress run (~5 min) on ft-brc and ft-brc
 	$(DIST_ENV) BRC_MERGE_STRESS_SECONDS=$(STRESS_SECONDS) BRC_MERGE_STRESS_FLAVOURS=ft-brc,ft-brc-debug \
 		$(VENV)/bin/pytest -v tests/test_stress.py $(PYTEST_ARGS)
 
-parity: ft ft-brc venv ## the stdlib subset on ft and ft-brc: identical failure sets (~9 min)
-	$(DIST_ENV) $(CHECKS) parity --flavours ft,ft-brc $(TESTS)
+parity: venv ## the stdlib subset on ft and ft-brc: identical failure sets (~9 min) [PARITY=main-ft,main-ft-brc]
+	$(BUILD) $(BUILD_ARGS) $(subst $(comma), ,$(PARITY))
+	$(DIST_ENV) $(CHECKS) parity --flavours $(PARITY) $(TESTS)
 
-reliability: tsan refleak stress parity ## all four checks of issue 7
+reliability: tsan asan refleak stress parity ## all five checks (issues 7 and 11)
 
 # bench/requirements.txt (pyperf, matplotlib, pyperformance) on top of .venv.
 bench-venv: venv
@@ -121,6 +155,11 @@ bench: flavours bench-venv ## full benchmarks (~11 min) -> bench/results/<timest
 bench-fast: flavours bench-venv ## quick benchmarks (<= 3 min, CI) -> bench/results/fast/report.md
 	$(DIST_ENV) $(VENV)/bin/python bench/run.py --mode fast $(BENCH_ARGS)
 
+# = make bench BENCH_TORCH=1 BENCH_ARGS="--groups TORCH": installs torch + numpy
+# (about 5 GB per flavour venv, once) and runs only the torch group.
+bench-torch: flavours bench-venv ## torch DataLoader benchmarks only (~15 min; installs torch, ~5 GB per venv)
+	$(DIST_ENV) BENCH_TORCH=1 $(VENV)/bin/python bench/run.py --mode full --groups TORCH $(BENCH_ARGS)
+
 # The container image (Dockerfile; image/build.sh does the work, README "Container image").
 IMAGE_ENV := OPTIMIZE='$(OPTIMIZE)' JOBS='$(JOBS)' SOURCE='$(SOURCE)' CACHE='$(CACHE)' \
 	IMAGE='$(IMAGE)' BASE_IMAGE='$(BASE_IMAGE)' BUILDER_IMAGE='$(BUILDER_IMAGE)' \
@@ -131,6 +170,19 @@ image: $(if $(filter 1 yes true,$(PREBUILT)),ft-brc) ## build the ft-brc image w
 
 base-image: ## create BASE_IMAGE (debian:bookworm-slim) locally with debootstrap
 	$(IMAGE_ENV) image/build.sh --base-only
+
+# The training image with torch: FROM the image above; torch comes from the
+# wheels your pip finds (pip download on this host, with your pip settings) or
+# from WHEELHOUSE=DIR. image/build-torch.sh does the work (README "Using it for
+# a training job").
+TORCH_ENV := IMAGE='$(IMAGE)' TORCH_IMAGE='$(TORCH_IMAGE)' TORCH_SPEC='$(TORCH_SPEC)' \
+	WHEELHOUSE='$(WHEELHOUSE)' ENGINE='$(ENGINE)' BUILD_FLAGS='$(BUILD_FLAGS)'
+
+image-torch: image ## the image + torch [TORCH_SPEC=torch==2.14.1 WHEELHOUSE=DIR TORCH_IMAGE=]
+	$(TORCH_ENV) image/build-torch.sh
+
+image-torch-check: ## in the torch image: the repro frees everything, a DataLoader epoch merges on behalf
+	$(TORCH_ENV) image/build-torch.sh --check
 
 clean: ## remove the dist/ symlinks and .venv (keeps every cache)
 	@dist=$$($(BUILD) $(BUILD_ARGS) --print-config | sed -n 's/^BRC_MERGE_DIST=//p'); \

@@ -7,14 +7,22 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 START=$SECONDS
 
-# The release line this script builds; everything version-specific is keyed on
-# PY_VERSION from $PATCHES/base (sourced below).
-SERIES_LINE=3.14
+# The lines this script builds, each with its own patches/<line>/ (base,
+# series, checksums): 3.14 (a release, verified by its tarball's sha256) and
+# main (a pinned commit of CPython's main branch, verified by the checksums of
+# the files the series touches, or exported from a git directory that has the
+# commit). Everything version-specific is keyed on $PATCHES/base.
+VALID_LINES=(3.14 main)
+DEFAULT_LINE=3.14
+SERIES_LINE=$DEFAULT_LINE
 
 # ---------------------------------------------------------------------------
 # Flavours: the ONE place that defines them and their configure flags.
 # ---------------------------------------------------------------------------
-VALID_FLAVOURS=(gil ft ft-brc ft-brc-debug ft-tsan ft-brc-tsan)
+VALID_FLAVOURS=(gil ft ft-brc ft-brc-debug ft-tsan ft-brc-tsan ft-asan ft-brc-asan
+    main-ft main-ft-brc)
+# The line of each flavour (default: DEFAULT_LINE).
+declare -A FLAVOUR_LINE=([main-ft]=main [main-ft-brc]=main)
 declare -A FLAVOUR_DESC=(
     [gil]="stock CPython, GIL enabled"
     [ft]="stock CPython, free-threaded (--disable-gil)"
@@ -22,13 +30,19 @@ declare -A FLAVOUR_DESC=(
     [ft-brc-debug]="ft-brc with --with-pydebug (assertions, refleak runs)"
     [ft-tsan]="stock free-threaded, ThreadSanitizer + pydebug (clang)"
     [ft-brc-tsan]="ft-brc, ThreadSanitizer + pydebug (clang)"
+    [ft-asan]="stock free-threaded, AddressSanitizer + pydebug (clang)"
+    [ft-brc-asan]="ft-brc, AddressSanitizer + pydebug (clang)"
+    [main-ft]="stock CPython main (pinned commit), free-threaded"
+    [main-ft-brc]="main-ft + patches/main series (BRC merge)"
 )
-declare -A FLAVOUR_PATCHED=([gil]=0 [ft]=0 [ft-brc]=1 [ft-brc-debug]=1 [ft-tsan]=0 [ft-brc-tsan]=1)
+declare -A FLAVOUR_PATCHED=([gil]=0 [ft]=0 [ft-brc]=1 [ft-brc-debug]=1 [ft-tsan]=0 [ft-brc-tsan]=1
+    [ft-asan]=0 [ft-brc-asan]=1 [main-ft]=0 [main-ft-brc]=1)
 declare -A FLAVOUR_GIL=([gil]=True [ft]=False [ft-brc]=False [ft-brc-debug]=False
-    [ft-tsan]=False [ft-brc-tsan]=False)   # sys._is_gil_enabled()
+    [ft-tsan]=False [ft-brc-tsan]=False [ft-asan]=False [ft-brc-asan]=False
+    [main-ft]=False [main-ft-brc]=False)   # sys._is_gil_enabled()
 # Checking builds: no PGO/LTO even with --optimize (PGO under TSan would take an
 # hour and tells nothing; the debug build must stay -Og to be debuggable).
-declare -A FLAVOUR_CHECKING=([ft-brc-debug]=1 [ft-tsan]=1 [ft-brc-tsan]=1)
+declare -A FLAVOUR_CHECKING=([ft-brc-debug]=1 [ft-tsan]=1 [ft-brc-tsan]=1 [ft-asan]=1 [ft-brc-asan]=1)
 CONFIGURE_FLAGS_COMMON=(--with-ensurepip=install)
 # shellcheck disable=SC2034  # read via nameref in configure_flags
 CONFIGURE_FLAGS_gil=()
@@ -38,21 +52,51 @@ CONFIGURE_FLAGS_ft=(--disable-gil)
 CONFIGURE_FLAGS_ft_brc=(--disable-gil)
 # shellcheck disable=SC2034
 CONFIGURE_FLAGS_ft_brc_debug=(--disable-gil --with-pydebug)
-# TSan as CPython's own CI builds it: clang, --with-pydebug. gcc's TSan does
-# not model the atomic fences CPython and mimalloc use and reports more noise.
-TSAN_CC=clang-16
-TSAN_CXX=clang++-16
-# llvm-16 ships /usr/lib/llvm-16/bin/llvm-symbolizer: the TSan runtime needs
-# its own LLVM's symbolizer (Debian's default is LLVM 14's), or reports have no
-# function names and suppressions (which match names) match nothing.
-TSAN_DEPS=(clang-16 libclang-rt-16-dev llvm-16)
+# shellcheck disable=SC2034
+CONFIGURE_FLAGS_main_ft=(--disable-gil)
+# shellcheck disable=SC2034
+CONFIGURE_FLAGS_main_ft_brc=(--disable-gil)
+# The sanitizer flavours are built with clang-16. TSan as CPython's own CI
+# builds it: clang, --with-pydebug. gcc's TSan does not model the atomic
+# fences CPython and mimalloc use and reports more noise.
+SAN_CC=clang-16
+SAN_CXX=clang++-16
+# llvm-16 ships /usr/lib/llvm-16/bin/llvm-symbolizer: the sanitizer runtimes
+# need their own LLVM's symbolizer (Debian's default is LLVM 14's), or reports
+# have no function names and suppressions (which match names) match nothing.
+SAN_DEPS=(clang-16 libclang-rt-16-dev llvm-16)
 # shellcheck disable=SC2034
 CONFIGURE_FLAGS_ft_tsan=(--disable-gil --with-thread-sanitizer --with-pydebug
-    "CC=$TSAN_CC" "CXX=$TSAN_CXX")
+    "CC=$SAN_CC" "CXX=$SAN_CXX")
 # shellcheck disable=SC2034
 CONFIGURE_FLAGS_ft_brc_tsan=("${CONFIGURE_FLAGS_ft_tsan[@]}")
-declare -A FLAVOUR_CC=([ft-tsan]=$TSAN_CC [ft-brc-tsan]=$TSAN_CC)
-declare -A FLAVOUR_DEPS=([ft-tsan]="${TSAN_DEPS[*]}" [ft-brc-tsan]="${TSAN_DEPS[*]}")
+# ASan: the same clang-16 as TSan (one toolchain, and its llvm-symbolizer for
+# both), --with-pydebug as CPython's sanitizer CI builds (assertions on top
+# of ASan; Py_ALWAYS_INLINE is off there too). --with-address-sanitizer
+# already turns pymalloc off, and the free-threaded build allocates objects
+# with mimalloc anyway, which ASan knows nothing about unless mimalloc tells
+# it (MI_TRACK_ASAN: freed blocks are poisoned, so a use after free shows as
+# use-after-poison); it is a compile-time define for every file that includes
+# mimalloc's types.h (it also turns on mimalloc's padding), hence in CFLAGS.
+# -fsanitize-recover=address: reports do not abort, so with ASAN_OPTIONS
+# halt_on_error=0 one run lists every report (each one still fails the check).
+# The checking series (patches/<line>/checking/asan.series) marks the
+# free-threaded build's deliberate optimistic reads of possibly freed objects.
+# shellcheck disable=SC2034
+CONFIGURE_FLAGS_ft_asan=(--disable-gil --with-address-sanitizer --with-pydebug
+    "CC=$SAN_CC" "CXX=$SAN_CXX")
+# shellcheck disable=SC2034
+CONFIGURE_FLAGS_ft_brc_asan=("${CONFIGURE_FLAGS_ft_asan[@]}")
+ASAN_CFLAGS="-DMI_TRACK_ASAN=1 -fsanitize-recover=address"
+declare -A FLAVOUR_CFLAGS=([ft-asan]=$ASAN_CFLAGS [ft-brc-asan]=$ASAN_CFLAGS)
+# Checking-only patches, applied after the series (if any): checking/<name>.series.
+declare -A FLAVOUR_CHECK_SERIES=([ft-asan]=asan [ft-brc-asan]=asan)
+# The build runs the new interpreter (install byte-compiles, smoke): CPython
+# frees not everything at exit by design, so no LeakSanitizer there.
+declare -A FLAVOUR_ENV=([ft-asan]="ASAN_OPTIONS=detect_leaks=0" [ft-brc-asan]="ASAN_OPTIONS=detect_leaks=0")
+declare -A FLAVOUR_CC=([ft-tsan]=$SAN_CC [ft-brc-tsan]=$SAN_CC [ft-asan]=$SAN_CC [ft-brc-asan]=$SAN_CC)
+declare -A FLAVOUR_DEPS=([ft-tsan]="${SAN_DEPS[*]}" [ft-brc-tsan]="${SAN_DEPS[*]}"
+    [ft-asan]="${SAN_DEPS[*]}" [ft-brc-asan]="${SAN_DEPS[*]}")
 CONFIGURE_FLAGS_OPTIMIZE=(--enable-optimizations --with-lto)
 # Keep frame pointers: we profile these builds.
 CONFIGURE_CFLAGS="-fno-omit-frame-pointer -mno-omit-leaf-frame-pointer"
@@ -64,6 +108,9 @@ BUILD_DEPS=(build-essential pkg-config libssl-dev zlib1g-dev libbz2-dev
 
 # Smoke test: these imports must work; the optional ones only warn.
 SMOKE_IMPORTS=(ssl sqlite3 zlib ctypes venv)
+# main no longer bundles libmpdec (build.sh supplies one, see stage_mpdec):
+# the C decimal module must be there, not only the pure-Python fallback.
+declare -A LINE_SMOKE_IMPORTS=([main]="_decimal")
 SMOKE_OPTIONAL_IMPORTS=(bz2 lzma readline curses dbm.gnu uuid tkinter compression.zstd)
 
 KEY_SCHEME=1   # bump to force rebuilds when the meaning of the key changes
@@ -75,19 +122,23 @@ Usage: ./build.sh [OPTIONS] FLAVOUR...
        ./build.sh [OPTIONS] --update-checksums
        ./build.sh [OPTIONS] --check FLAVOUR...
 
-Builds CPython (version pinned in patches/$SERIES_LINE/base) and installs each
-FLAVOUR into \$CACHE/install/FLAVOUR, with DIST/FLAVOUR a symlink to it.
+Builds CPython (the base pinned in patches/<line>/base: 3.14 = a release,
+main = a commit of CPython's main branch) and installs each FLAVOUR into
+\$CACHE/install/FLAVOUR, with DIST/FLAVOUR a symlink to it.
 
 Flavours:
 $(for f in "${VALID_FLAVOURS[@]}"; do printf '  %-13s %s\n' "$f" "${FLAVOUR_DESC[$f]}"; done)
 
 Options (each has an environment equivalent; the flag wins):
-  --source PATH     BRC_MERGE_SOURCE   CPython tarball (.tgz/.tar.xz) or unpacked tree
+  --source PATH     BRC_MERGE_SOURCE   CPython tarball (.tgz/.tar.xz) or unpacked tree; for
+                                       main also a git directory with the pinned commit
   --cache DIR       BRC_MERGE_CACHE    default \${XDG_CACHE_HOME:-\$HOME/.cache}/brc-merge
   --dist DIR        BRC_MERGE_DIST     default <repo>/dist
   --prefix DIR      BRC_MERGE_PREFIX   install prefix (one FLAVOUR only); default \$CACHE/install/FLAVOUR
   --jobs N          BRC_MERGE_JOBS     default: nproc
-  --patches DIR     BRC_MERGE_PATCHES  default <repo>/patches/$SERIES_LINE (base, series, checksums)
+  --patches DIR     BRC_MERGE_PATCHES  default <repo>/patches/<line> (base, series, checksums)
+  --line LINE       BRC_MERGE_LINE     the line for --update-checksums/--print-config: ${VALID_LINES[*]}
+                                       (default $DEFAULT_LINE; flavours name their own line)
   --offline         BRC_MERGE_OFFLINE=1   never download the source
   --optimize        BRC_MERGE_OPTIMIZE=1  --enable-optimizations --with-lto (slow)
   --no-deps         BRC_MERGE_NO_DEPS=1   skip the Debian build-dependency check/install
@@ -100,6 +151,8 @@ Options (each has an environment equivalent; the flag wins):
 Source lookup order: --source/BRC_MERGE_SOURCE; \$CACHE/downloads/Python-<ver>.tgz;
 \$CACHE/sources/Python-<ver>/; download (unless offline). Tarballs must match the
 pinned sha256; trees must have the pinned version and match PATCHES/checksums.
+main: \$CACHE/sources/cpython-<commit>/, a git directory (exported with git archive),
+or the archive of the commit, each checked against patches/main/checksums.
 Logs: \$CACHE/build/<flavour>/logs/<stage>.log (source: \$CACHE/build/logs/source.log).
 EOF
 }
@@ -193,7 +246,8 @@ CACHE=${BRC_MERGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/brc-merge}
 DIST=${BRC_MERGE_DIST:-$ROOT/dist}
 PREFIX=${BRC_MERGE_PREFIX:-}
 JOBS=${BRC_MERGE_JOBS:-}
-PATCHES=${BRC_MERGE_PATCHES:-$ROOT/patches/$SERIES_LINE}
+PATCHES=${BRC_MERGE_PATCHES:-}
+LINE=${BRC_MERGE_LINE:-}
 OFFLINE=${BRC_MERGE_OFFLINE:-0}
 OPTIMIZE=${BRC_MERGE_OPTIMIZE:-0}
 NO_DEPS=${BRC_MERGE_NO_DEPS:-0}
@@ -203,13 +257,15 @@ FLAVOURS=()
 parse_args() {
     while [[ $# -gt 0 ]]; do
         case $1 in
-            --source|--cache|--dist|--jobs|--patches|--prefix)
+            --source|--cache|--dist|--jobs|--patches|--prefix|--line)
                 [[ $# -ge 2 && -n $2 ]] || die 2 "$1 needs a value (see --help)"
                 case $1 in
                     --source) SOURCE=$2 ;; --cache) CACHE=$2 ;; --dist) DIST=$2 ;;
                     --jobs) JOBS=$2 ;; --patches) PATCHES=$2 ;; --prefix) PREFIX=$2 ;;
+                    --line) LINE=$2 ;;
                 esac
                 shift 2 ;;
+            --line=*) LINE=${1#*=}; shift ;;
             --source=*) SOURCE=${1#*=}; shift ;;
             --cache=*) CACHE=${1#*=}; shift ;;
             --dist=*) DIST=${1#*=}; shift ;;
@@ -252,10 +308,28 @@ parse_args() {
     esac
     [[ -z $PREFIX || ${#FLAVOURS[@]} -le 1 ]] ||
         die 2 "--prefix/BRC_MERGE_PREFIX installs one flavour; got ${FLAVOURS[*]}"
+    # The lines to work on: --line/BRC_MERGE_LINE for the modes that take no
+    # flavour, else those of the flavours, in the order given.
+    local l lines=()
+    if [[ -n $LINE ]]; then
+        for l in "${VALID_LINES[@]}"; do [[ $LINE == "$l" ]] && break; done
+        [[ $LINE == "$l" ]] || die 2 "unknown line '$LINE'; valid lines are: ${VALID_LINES[*]}"
+    fi
+    for f in "${FLAVOURS[@]}"; do
+        l=${FLAVOUR_LINE[$f]:-$DEFAULT_LINE}
+        [[ " ${lines[*]} " == *" $l "* ]] || lines+=("$l")
+        [[ -z $LINE || $LINE == "$l" ]] ||
+            die 2 "flavour $f is of the $l line, not --line/BRC_MERGE_LINE $LINE"
+    done
+    [[ ${#lines[@]} -gt 0 ]] || lines=("${LINE:-$DEFAULT_LINE}")
+    LINES=("${lines[@]}")
+    [[ -z $PATCHES || ${#LINES[@]} -eq 1 ]] ||
+        die 2 "--patches/BRC_MERGE_PATCHES names one line's patches; the flavours ${FLAVOURS[*]} are of the lines ${LINES[*]}"
     # Absolute paths: they end up in configure flags and symlinks.
     CACHE=$(realpath -m -- "$CACHE")
     DIST=$(realpath -m -- "$DIST")
-    PATCHES=$(realpath -m -- "$PATCHES")
+    [[ -z $PATCHES ]] || PATCHES=$(realpath -m -- "$PATCHES")
+    USER_PATCHES=$PATCHES
     [[ -z $SOURCE ]] || SOURCE=$(realpath -m -- "$SOURCE")
     [[ -z $PREFIX ]] || PREFIX=$(realpath -m -- "$PREFIX")
     [[ $PREFIX != / ]] || die 2 "--prefix/BRC_MERGE_PREFIX must not be /"
@@ -264,29 +338,54 @@ parse_args() {
 # Where FLAVOUR is installed: --prefix/BRC_MERGE_PREFIX, else $CACHE/install/FLAVOUR.
 install_prefix() { printf '%s\n' "${PREFIX:-$CACHE/install/$1}"; }
 
+# select_line LINE: work on LINE from now on (its patches and its source).
+select_line() {
+    SERIES_LINE=$1
+    PATCHES=${USER_PATCHES:-$ROOT/patches/$SERIES_LINE}
+    SOURCE_TREE="" SOURCE_ID="" SOURCE_TARBALL=""
+    load_base
+}
+
 # Load the pinned base; everything version-specific hangs off PY_VERSION.
+# A release pins SHA256 (its tarball); a commit of main pins COMMIT instead.
 load_base() {
     [[ -f $PATCHES/base ]] || die 2 "patch directory $PATCHES has no 'base' file"
-    PY_VERSION="" URL="" SHA256=""
+    PY_VERSION="" URL="" SHA256="" COMMIT="" EXCLUDE=""
     # shellcheck source=patches/3.14/base
     . "$PATCHES/base"
-    [[ $PY_VERSION =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || die 2 "$PATCHES/base: bad PY_VERSION '$PY_VERSION'"
-    [[ $SHA256 =~ ^[0-9a-f]{64}$ ]] || die 2 "$PATCHES/base: bad SHA256 '$SHA256'"
     [[ -n $URL ]] || die 2 "$PATCHES/base: URL is empty"
-    case $PY_VERSION in
-        3.14.*) PY_MM=3.14 ;;
-        *) die 2 "build.sh only knows the $SERIES_LINE line; $PATCHES/base pins $PY_VERSION" ;;
+    case $SERIES_LINE in
+        main)
+            [[ $PY_VERSION =~ ^[0-9]+\.[0-9]+\.[0-9]+(a|b|rc)[0-9]+$ ]] ||
+                die 2 "$PATCHES/base: bad PY_VERSION '$PY_VERSION' for the main line (e.g. 3.16.0a0)"
+            [[ $COMMIT =~ ^[0-9a-f]{40}$ ]] || die 2 "$PATCHES/base: bad COMMIT '$COMMIT' (a full commit id)"
+            TREE_NAME=cpython-$COMMIT   # as GitHub's archive of the commit unpacks
+            TARBALL_NAME=$TREE_NAME.tar.gz ;;
+        *)
+            [[ $PY_VERSION =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || die 2 "$PATCHES/base: bad PY_VERSION '$PY_VERSION'"
+            [[ $SHA256 =~ ^[0-9a-f]{64}$ ]] || die 2 "$PATCHES/base: bad SHA256 '$SHA256'"
+            [[ $PY_VERSION == "$SERIES_LINE".* ]] ||
+                die 2 "$PATCHES/base pins $PY_VERSION, which is not of the $SERIES_LINE line"
+            TREE_NAME=Python-$PY_VERSION
+            TARBALL_NAME=${URL##*/} ;;
     esac
-    TARBALL_NAME=${URL##*/}
-    TREE_NAME=Python-$PY_VERSION
+    PY_MM=$(printf '%s\n' "$PY_VERSION" | sed -E 's/^([0-9]+\.[0-9]+).*/\1/')
     SERIES_FILE=$PATCHES/series
     CHECKSUMS_FILE=$PATCHES/checksums
 }
 
-# Patch file names from the series (comments and blank lines dropped).
-series_patches() {
-    [[ -f $SERIES_FILE ]] || return 0
-    sed -e 's/#.*//' -e 's/^[[:space:]]*//' -e 's/[[:space:]]*$//' "$SERIES_FILE" | grep -v '^$' || true
+# Patch file names from a series file (default: the series; comments and
+# blank lines dropped). Names are relative to the series file's directory.
+series_patches() {  # series_patches [SERIES_FILE]
+    local file=${1:-$SERIES_FILE}
+    [[ -f $file ]] || return 0
+    sed -e 's/#.*//' -e 's/^[[:space:]]*//' -e 's/[[:space:]]*$//' "$file" | grep -v '^$' || true
+}
+
+# The checking series of FLAVOUR (empty if it has none): checking-only patches
+# applied after the series (on the stock tree for unpatched flavours).
+check_series_file() {  # check_series_file FLAVOUR
+    [[ -z ${FLAVOUR_CHECK_SERIES[$1]:-} ]] || printf '%s\n' "$PATCHES/checking/${FLAVOUR_CHECK_SERIES[$1]}.series"
 }
 
 # ---------------------------------------------------------------------------
@@ -296,6 +395,20 @@ SOURCE_TREE=""
 SOURCE_ID=""
 
 source_help() {
+    if [[ $SERIES_LINE == main ]]; then
+        cat <<EOF
+How to provide CPython main at commit $COMMIT ($PY_VERSION):
+  - point BRC_MERGE_SOURCE (or ./build.sh --source PATH) at a git directory
+    (a clone or a bare mirror) that has the commit: build.sh exports it with
+    git archive into $CACHE/sources/$TREE_NAME; or
+  - at an unpacked tree of that commit, or at its archive $TARBALL_NAME
+    (a tree is checked against $CHECKSUMS_FILE); or
+  - put the tree at $CACHE/sources/$TREE_NAME or the archive at
+    $CACHE/downloads/$TARBALL_NAME; or
+  - allow the download from $URL (unset BRC_MERGE_OFFLINE / drop --offline).
+EOF
+        return
+    fi
     cat <<EOF
 How to provide the CPython $PY_VERSION source (sha256 $SHA256):
   - point BRC_MERGE_SOURCE (or ./build.sh --source PATH) at the release tarball
@@ -310,7 +423,9 @@ check_tarball() {  # check_tarball FILE
     local actual
     actual=$(sha256_of "$1")
     echo "tarball $1 sha256 $actual"
-    if [[ $actual != "$SHA256" ]]; then
+    # main pins no tarball digest (archives of a commit are not byte-stable):
+    # the unpacked tree is verified instead (ensure_source_tree).
+    if [[ -n $SHA256 && $actual != "$SHA256" ]]; then
         stage_fail "tarball $1 has the wrong sha256" \
             "  expected $SHA256 (pinned in $PATCHES/base)" \
             "  actual   $actual" \
@@ -387,9 +502,51 @@ verify_tree() {
     SOURCE_ID=tree-$( { echo "$PY_VERSION"; cat "$CHECKSUMS_FILE"; } | sha256_str)
 }
 
+# Is DIR a git directory (a work tree's top, or a bare repository)?
+git_dir_of() {  # git_dir_of DIR -> the git dir, or fails
+    if [[ -d $1/.git ]]; then printf '%s\n' "$1/.git"
+    elif [[ -f $1/HEAD && -d $1/objects && -d $1/refs ]]; then printf '%s\n' "$1"
+    else return 1; fi
+}
+
+# export_git_source GITDIR [version-only]: export the pinned COMMIT (main
+# line) once into $CACHE/sources/$TREE_NAME, via a temp dir + rename, and
+# verify it like any tree.
+export_git_source() {
+    local g=$1 gd dest=$CACHE/sources/$TREE_NAME
+    gd=$(git_dir_of "$g")
+    [[ -n $COMMIT ]] ||
+        stage_fail "$g is a git directory, but the $SERIES_LINE line pins a release, not a commit; use its tarball or tree"
+    command -v git >/dev/null || ensure_packages git
+    git --git-dir="$gd" cat-file -e "$COMMIT^{commit}" 2>/dev/null ||
+        stage_fail "git directory $g does not have commit $COMMIT (pinned in $PATCHES/base)" \
+            "  fix: fetch that commit into it, or point BRC_MERGE_SOURCE/--source at another copy of CPython's main branch"
+    if [[ -f $dest/.brc-merge-unpacked ]]; then
+        echo "reusing $dest"
+    else
+        mkdir -p "$CACHE/sources"
+        local tmp e
+        local -a ex=()
+        for e in $EXCLUDE; do ex+=(":(exclude)$e"); done
+        tmp=$(mktemp -d "$CACHE/sources/.$TREE_NAME.XXXXXX")
+        TMP_PATHS+=("$tmp")
+        echo "exporting $COMMIT from $gd into $dest${EXCLUDE:+ (without $EXCLUDE)}"
+        git --git-dir="$gd" archive --prefix="$TREE_NAME/" "$COMMIT" -- . "${ex[@]}" | tar -x -C "$tmp"
+        echo "git-$COMMIT" >"$tmp/$TREE_NAME/.brc-merge-unpacked"
+        rm -rf -- "$dest"
+        mv -T "$tmp/$TREE_NAME" "$dest"
+        rm -rf -- "$tmp"
+    fi
+    SOURCE_TREE=$dest
+    verify_tree "$dest" "${2:-}"
+    note "git $g at ${COMMIT:0:12}"
+}
+
 use_source_path() {  # use_source_path PATH [version-only]
     local p=$1
-    if [[ -d $p ]]; then
+    if [[ -d $p ]] && git_dir_of "$p" >/dev/null; then
+        export_git_source "$p" "${2:-}"
+    elif [[ -d $p ]]; then
         SOURCE_TREE=$p
         verify_tree "$p" "${2:-}"
         note "tree $p"
@@ -470,7 +627,86 @@ configure_flags() {  # configure_flags FLAVOUR -> CONF_FLAGS array
     local -n own="CONFIGURE_FLAGS_${1//-/_}"
     CONF_FLAGS=(--prefix="$(install_prefix "$1")" "${CONFIGURE_FLAGS_COMMON[@]}" "${own[@]}")
     [[ $OPTIMIZE == 0 || -n ${FLAVOUR_CHECKING[$1]:-} ]] || CONF_FLAGS+=("${CONFIGURE_FLAGS_OPTIMIZE[@]}")
-    CONF_FLAGS+=("CFLAGS=$CONFIGURE_CFLAGS")
+    CONF_FLAGS+=("CFLAGS=$CONFIGURE_CFLAGS${FLAVOUR_CFLAGS[$1]:+ ${FLAVOUR_CFLAGS[$1]}}")
+    if [[ ${FLAVOUR_LINE[$1]:-$DEFAULT_LINE} == main ]]; then
+        mpdec_configure_flags
+        CONF_FLAGS+=("${MPDEC_FLAGS[@]}")
+    fi
+}
+
+# ---------------------------------------------------------------------------
+# libmpdec for the main line
+# ---------------------------------------------------------------------------
+# CPython main no longer bundles libmpdec (the C decimal module's library); it
+# wants a system one (>= 2.5.0), and Debian 12 has no libmpdec-dev. So unless
+# pkg-config finds one, build.sh builds the libmpdec that the 3.14 line's
+# verified source bundles, once, into $CACHE/libmpdec/, and hands it to
+# main's configure (LIBMPDEC_CFLAGS / LIBMPDEC_LIBS).
+MPDEC_VERSION=2.5.1
+MPDEC_OBJS=(basearith constants context convolute crt difradix2 fnt fourstep io
+    mpalloc mpdecimal numbertheory sixstep transpose)
+mpdec_dir() { printf '%s\n' "$CACHE/libmpdec/$MPDEC_VERSION-$(uname -m)"; }
+system_mpdec() { command -v pkg-config >/dev/null && pkg-config --exists 'libmpdec >= 2.5.0'; }
+# The bundled header leaves the word size to the compiler flags (as CPython's
+# own configure does for it: the portable ANSI variants).
+mpdec_machine_cflags() {
+    case $(uname -m) in
+        x86_64|aarch64|arm64|ppc64le|s390x|riscv64) echo "-DCONFIG_64=1 -DANSI=1 -DHAVE_UINT128_T=1" ;;
+        *) echo "-DCONFIG_32=1 -DANSI=1" ;;
+    esac
+}
+mpdec_configure_flags() {  # -> MPDEC_FLAGS (empty where pkg-config finds libmpdec)
+    MPDEC_FLAGS=()
+    ! system_mpdec || return 0
+    local d
+    d=$(mpdec_dir)
+    MPDEC_FLAGS=("LIBMPDEC_CFLAGS=-I$d/include $(mpdec_machine_cflags)"
+                 "LIBMPDEC_LIBS=$d/lib/libmpdec.a -lm")
+}
+
+stage_mpdec() {  # stage_mpdec FLAVOUR
+    if system_mpdec; then
+        echo "using the system libmpdec $(pkg-config --modversion libmpdec)"
+        note "system libmpdec"
+        return
+    fi
+    local d
+    d=$(mpdec_dir)
+    if [[ -f $d/lib/libmpdec.a && -f $d/include/mpdecimal.h ]]; then
+        echo "using $d"
+        note "libmpdec $MPDEC_VERSION (cached)"
+        return
+    fi
+    # The 3.14 line's source, found and verified as for its own flavours
+    # (never the main source that --source may name).
+    local src
+    src=$( (USER_PATCHES="" SOURCE=""; select_line "$DEFAULT_LINE"
+            stage_source >&2; ensure_source_tree >&2; printf '%s\n' "$SOURCE_TREE") ) ||
+        stage_fail "main needs libmpdec >= 2.5.0 and no verified CPython $DEFAULT_LINE source was found to build it from" \
+            "  fix: install libmpdec >= 2.5.0 with its pkg-config file (Debian 13: apt-get install libmpdec-dev)," \
+            "  or make the $DEFAULT_LINE source available as for the $DEFAULT_LINE flavours (./build.sh ft shows how)"
+    local lib=$src/Modules/_decimal/libmpdec o
+    grep -q "define MPD_VERSION \"$MPDEC_VERSION\"" "$lib/mpdecimal.h" ||
+        stage_fail "$lib/mpdecimal.h is not libmpdec $MPDEC_VERSION"
+    mkdir -p "$CACHE/tmp"
+    local tmp
+    tmp=$(mktemp -d "$CACHE/tmp/libmpdec.XXXXXX")
+    TMP_PATHS+=("$tmp")
+    mkdir -p "$tmp/obj" "$tmp/cfg" "$tmp/out/lib" "$tmp/out/include"
+    # The bundled header includes CPython's pyconfig.h; the library needs
+    # nothing from it (the word size comes from the flags), so an empty one.
+    : >"$tmp/cfg/pyconfig.h"
+    echo "building libmpdec $MPDEC_VERSION from $lib"
+    for o in "${MPDEC_OBJS[@]}"; do
+        # shellcheck disable=SC2046  # the flags are words
+        ${CC:-cc} -O2 -fPIC $(mpdec_machine_cflags) -I"$tmp/cfg" -I"$lib" -c "$lib/$o.c" -o "$tmp/obj/$o.o"
+    done
+    ar rcs "$tmp/out/lib/libmpdec.a" "$tmp/obj"/*.o
+    cp "$lib/mpdecimal.h" "$tmp/out/include/"
+    mkdir -p "$(dirname "$d")"
+    rm -rf -- "$d"
+    mv -T "$tmp/out" "$d"
+    note "built libmpdec $MPDEC_VERSION"
 }
 
 # shellcheck disable=SC2086  # CC may carry arguments
@@ -480,14 +716,15 @@ cc_version() {  # cc_version FLAVOUR: the first line of the compiler's --version
     $cc --version 2>/dev/null | sed -n 1p || echo "no compiler"
 }
 
-series_key() {  # sha256 of the series file and each listed patch (patched flavours)
-    local p
+series_key() {  # series_key [SERIES_FILE]: sha256 of the series file and each listed patch
+    local p file=${1:-$SERIES_FILE} dir
+    dir=$(dirname "$file")
     {
-        [[ -f $SERIES_FILE ]] && cat "$SERIES_FILE"
+        [[ -f $file ]] && cat "$file"
         while read -r p; do
-            if [[ -f $PATCHES/$p ]]; then echo "$p $(sha256_of "$PATCHES/$p")"
+            if [[ -f $dir/$p ]]; then echo "$p $(sha256_of "$dir/$p")"
             else echo "$p MISSING"; fi
-        done < <(series_patches)
+        done < <(series_patches "$file")
     } | sha256_str
 }
 
@@ -504,6 +741,13 @@ full_key() {  # full_key FLAVOUR
         while read -r p; do printf 'patch %s\n' "$p"; done < <(series_patches)
     else
         printf 'series none\n'
+    fi
+    local check
+    check=$(check_series_file "$f")
+    if [[ -n $check ]]; then   # (only these flavours: the others' keys stay as they were)
+        printf 'checking-series %s %s\n' "${check#"$PATCHES"/}" "$(series_key "$check")"
+        local c
+        while read -r c; do printf 'checking-patch %s\n' "$c"; done < <(series_patches "$check")
     fi
     printf 'configure %s\n' "${CONF_FLAGS[*]}"
     printf 'cc %s\n' "$(cc_version "$f")"
@@ -604,28 +848,29 @@ rejected_files() {
     ' | sort -u
 }
 
-apply_series() {  # apply_series DIR
-    local dir=$1 p out rc rejected
+apply_series() {  # apply_series DIR [SERIES_FILE]
+    local dir=$1 file=${2:-$SERIES_FILE} p out rc rejected pdir
     local -a patches
-    mapfile -t patches < <(series_patches)
+    pdir=$(dirname "$file")
+    mapfile -t patches < <(series_patches "$file")
     for p in "${patches[@]}"; do
-        [[ -f $PATCHES/$p ]] || stage_fail "patch $p listed in $SERIES_FILE does not exist in $PATCHES"
+        [[ -f $pdir/$p ]] || stage_fail "patch $p listed in $file does not exist in $pdir"
     done
     [[ ${#patches[@]} -eq 0 ]] || command -v patch >/dev/null || ensure_packages patch
     for p in "${patches[@]}"; do
         echo "--- applying $p"
         rc=0
-        out=$(patch -d "$dir" -p1 --fuzz=0 --no-backup-if-mismatch -f -i "$PATCHES/$p" 2>&1 </dev/null) || rc=$?
+        out=$(patch -d "$dir" -p1 --fuzz=0 --no-backup-if-mismatch -f -i "$pdir/$p" 2>&1 </dev/null) || rc=$?
         printf '%s\n' "$out"
         if [[ $rc -ne 0 ]]; then
             rejected=$(printf '%s\n' "$out" | rejected_files | tr '\n' ' ')
             rejected=${rejected% }
             stage_fail "patch $p does not apply cleanly (zero fuzz) to $PY_VERSION${rejected:+; rejected file(s): $rejected}" \
-                "  patch file: $PATCHES/$p; rejects are left in $dir" \
+                "  patch file: $pdir/$p; rejects are left in $dir" \
                 "  fix: rebase $p onto CPython $PY_VERSION"
         fi
     done
-    note "${#patches[@]} patch(es)"
+    note "${#patches[@]} ${2:+checking }patch(es)"
 }
 
 stage_patch() {  # stage_patch FLAVOUR
@@ -640,6 +885,12 @@ stage_patch() {  # stage_patch FLAVOUR
         apply_series "$b/staging"
     else
         note "unpatched"
+    fi
+    local check
+    check=$(check_series_file "$f")
+    if [[ -n $check ]]; then
+        [[ -f $check ]] || stage_fail "$f needs the checking series $check, which does not exist"
+        apply_series "$b/staging" "$check"
     fi
     command -v rsync >/dev/null || ensure_packages rsync
     # No -t: files whose content is unchanged keep their mtime, so make only
@@ -739,7 +990,9 @@ stage_smoke() {  # stage_smoke FLAVOUR PREFIX
     ver=$("${clean_env[@]}" "$py" -I -c 'import platform; print(platform.python_version())')
     [[ $ver == "$PY_VERSION" ]] || stage_fail "$py reports version $ver, expected $PY_VERSION"
     local m failed=()
-    for m in "${SMOKE_IMPORTS[@]}"; do
+    # shellcheck disable=SC2206  # a list of module names
+    local -a imports=("${SMOKE_IMPORTS[@]}" ${LINE_SMOKE_IMPORTS[$SERIES_LINE]:-})
+    for m in "${imports[@]}"; do
         "${clean_env[@]}" "$py" -I -c "import $m" || failed+=("$m")
     done
     [[ ${#failed[@]} -eq 0 ]] ||
@@ -810,14 +1063,23 @@ build_flavour() {  # build_flavour FLAVOUR
         die 1 "refusing to install $f into $(install_prefix "$f"): it is not empty and not a brc-merge install (no .brc-merge-key); choose another --prefix/BRC_MERGE_PREFIX or remove it first"
     fi
     local logs=$b/logs
+    # The flavour's environment for every stage (the build runs its python).
+    local -a env_saved=()
+    local v
+    for v in ${FLAVOUR_ENV[$f]:-}; do
+        env_saved+=("$(declare -p "${v%%=*}" 2>/dev/null || echo "unset ${v%%=*}")")
+        export "${v?}"
+    done
     run_stage patch "$f" "$logs" stage_patch "$f"
     run_stage deps "$f" "$logs" stage_deps "$f"
+    [[ $SERIES_LINE != main ]] || run_stage mpdec "$f" "$logs" stage_mpdec "$f"
     key=$(full_key "$f")   # the compiler may only exist now
     run_stage configure "$f" "$logs" stage_configure "$f"
     run_stage make "$f" "$logs" stage_make "$f"
     run_stage install "$f" "$logs" stage_install "$f"
     run_stage smoke "$f" "$logs" stage_smoke "$f" "$STAGED_PREFIX"
     run_stage activate "$f" "$logs" stage_activate "$f" "$key"
+    for v in "${env_saved[@]}"; do eval "${v/#declare /declare -g }"; done
     [[ $QUIET == 0 ]] || printf '%s %s -> %s (built)\n' "$(elapsed)" "$DIST/$f" "$(install_prefix "$f")"
     exec {lockfd}>&-
 }
@@ -855,11 +1117,20 @@ patch_touched_files() {
 
 stage_update_checksums() {
     ensure_source_tree version-only
-    local -a patches files
-    local p
+    local -a patches files checks
+    local p c
     mapfile -t patches < <(series_patches)
     for p in "${patches[@]}"; do
         [[ -f $PATCHES/$p ]] || stage_fail "patch $p listed in $SERIES_FILE does not exist in $PATCHES"
+    done
+    # The checking series apply to the base too (after the series or alone):
+    # the base files they touch are verified like the series' own.
+    mapfile -t checks < <(compgen -G "$PATCHES/checking/*.series" | sort)
+    for c in "${checks[@]}"; do
+        while read -r p; do
+            [[ -f $PATCHES/checking/$p ]] || stage_fail "patch $p listed in $c does not exist in $PATCHES/checking"
+            patches+=("checking/$p")
+        done < <(series_patches "$c")
     done
     # A file that an earlier patch of the series creates is not in the base.
     mapfile -t files < <({
@@ -891,15 +1162,25 @@ stage_update_checksums() {
     note "${#files[@]} file(s) in ${CHECKSUMS_FILE#"$ROOT"/}"
 }
 
+# The flavours of FLAVOURS that are of line $1, in the order given.
+line_flavours() {  # line_flavours LINE -> LINE_FLAVOURS
+    local f
+    LINE_FLAVOURS=()
+    for f in "${FLAVOURS[@]}"; do
+        [[ ${FLAVOUR_LINE[$f]:-$DEFAULT_LINE} != "$1" ]] || LINE_FLAVOURS+=("$f")
+    done
+}
+
 main() {
     parse_args "$@"
-    load_base
+    select_line "${LINES[0]}"
     case $MODE in
         print-config)
             printf '%s=%s\n' BRC_MERGE_SOURCE "$SOURCE" BRC_MERGE_CACHE "$CACHE" \
                 BRC_MERGE_DIST "$DIST" BRC_MERGE_PREFIX "$PREFIX" BRC_MERGE_JOBS "$JOBS" BRC_MERGE_PATCHES "$PATCHES" \
                 BRC_MERGE_OFFLINE "$OFFLINE" BRC_MERGE_OPTIMIZE "$OPTIMIZE" BRC_MERGE_NO_DEPS "$NO_DEPS" \
-                BRC_MERGE_QUIET "$QUIET" PY_VERSION "$PY_VERSION"
+                BRC_MERGE_QUIET "$QUIET" BRC_MERGE_LINE "$SERIES_LINE" PY_VERSION "$PY_VERSION"
+            [[ -z $COMMIT ]] || printf '%s=%s\n' COMMIT "$COMMIT"
             return ;;
         update-checksums)
             run_stage source "" "$CACHE/build/logs" stage_source version-only
@@ -907,17 +1188,25 @@ main() {
             [[ $QUIET == 1 ]] || sed 's/^/  /' "$CHECKSUMS_FILE"
             return ;;
         check)
-            resolve_source
-            local f rc=0
-            for f in "${FLAVOURS[@]}"; do
-                if up_to_date "$f" "$(full_key "$f")"; then echo "$f up to date"
-                else echo "$f needs a build"; rc=3; fi
+            local f l rc=0
+            for l in "${LINES[@]}"; do
+                select_line "$l"
+                resolve_source
+                line_flavours "$l"
+                for f in "${LINE_FLAVOURS[@]}"; do
+                    if up_to_date "$f" "$(full_key "$f")"; then echo "$f up to date"
+                    else echo "$f needs a build"; rc=3; fi
+                done
             done
             return $rc ;;
     esac
-    resolve_source
-    local f
-    for f in "${FLAVOURS[@]}"; do build_flavour "$f"; done
+    local f l
+    for l in "${LINES[@]}"; do
+        select_line "$l"
+        resolve_source
+        line_flavours "$l"
+        for f in "${LINE_FLAVOURS[@]}"; do build_flavour "$f"; done
+    done
 }
 
 main "$@"; exit

@@ -2,9 +2,11 @@
 
 Other test modules may import from here:  from conftest import ROOT, FLAVOURS, dist_python
 
-FLAVOURS are the three flavours every build and test run covers (test_build.py
-parametrizes over them and passes them to `build.sh --check`); EXTRA_FLAVOURS
-are optional instrumented builds that dist_python() also accepts.
+FLAVOURS are the three 3.14 flavours every build and test run covers
+(test_build.py parametrizes over them and passes them to `build.sh --check`);
+MAIN_FLAVOURS are the stock and patched free-threaded builds of CPython main
+(`make test` builds them too); EXTRA_FLAVOURS are optional instrumented builds
+that dist_python() also accepts.
 """
 import os
 from pathlib import Path
@@ -13,7 +15,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 FLAVOURS = ("gil", "ft", "ft-brc")
-EXTRA_FLAVOURS = ("ft-brc-debug", "ft-tsan", "ft-brc-tsan")
+MAIN_FLAVOURS = ("main-ft", "main-ft-brc")
+EXTRA_FLAVOURS = ("ft-brc-debug", "ft-tsan", "ft-brc-tsan", "ft-asan", "ft-brc-asan")
 
 
 def dist_dir() -> Path:
@@ -23,8 +26,9 @@ def dist_dir() -> Path:
 
 def dist_python(flavour: str) -> Path:
     """dist/<flavour>/bin/python3; skips the calling test if that flavour is not built."""
-    if flavour not in FLAVOURS + EXTRA_FLAVOURS:
-        raise ValueError(f"unknown flavour {flavour!r}; expected one of {FLAVOURS + EXTRA_FLAVOURS}")
+    known = FLAVOURS + MAIN_FLAVOURS + EXTRA_FLAVOURS
+    if flavour not in known:
+        raise ValueError(f"unknown flavour {flavour!r}; expected one of {known}")
     py = dist_dir() / flavour / "bin" / "python3"
     if not (py.exists() and os.access(py, os.X_OK)):
         pytest.skip(f"flavour {flavour} is not built ({py} missing; run ./build.sh {flavour})")

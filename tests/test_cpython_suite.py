@@ -31,14 +31,20 @@ def regrtest(python, *args, env=None):
     return proc, proc.stdout[-6000:] + proc.stderr[-3000:]
 
 
-def test_brc_suite_ft_brc():
+# The patched flavour of each line: 3.14 and main.
+PATCHED = ["ft-brc", "main-ft-brc"]
+
+
+@pytest.mark.parametrize("flavour", PATCHED)
+def test_brc_suite(flavour):
     """The series' own tests, alone first, so a failure names them."""
-    proc, tail = regrtest(dist_python("ft-brc"), "-v",
+    proc, tail = regrtest(dist_python(flavour), "-v",
                           "test_free_threading.test_brc")
     assert proc.returncode == 0, tail
     assert "Tests result: SUCCESS" in proc.stdout, tail
 
 
-def test_related_suites_ft_brc():
-    proc, tail = regrtest(dist_python("ft-brc"), *SUITES)
+@pytest.mark.parametrize("flavour", PATCHED)
+def test_related_suites(flavour):
+    proc, tail = regrtest(dist_python(flavour), *SUITES)
     assert proc.returncode == 0, tail

@@ -40,7 +40,7 @@ import subprocess
 
 import pytest
 
-from conftest import FLAVOURS, ROOT, dist_python
+from conftest import FLAVOURS, MAIN_FLAVOURS, ROOT, dist_python
 
 SCENARIO_DIR = ROOT / "tests" / "scenarios"
 
@@ -67,6 +67,11 @@ CONFIGS = [
     pytest.param("ft-brc", {KNOB: "5"}, [], "retains", id="ft-brc-env5"),
     pytest.param("ft-brc", {}, ["-X", "brc_merge_threshold=5"], "retains",
                  id="ft-brc-X5"),
+    # The same on CPython main: stock retains, the main series frees.
+    pytest.param("main-ft", {}, [], "retains", id="main-ft"),
+    pytest.param("main-ft-brc", {}, [], "frees", id="main-ft-brc"),
+    pytest.param("main-ft-brc", {KNOB: "0"}, [], "retains",
+                 id="main-ft-brc-env0"),
 ]
 
 BLOCKING_KINDS = ["event", "condition", "sleep", "lock", "select", "queue"]
@@ -136,7 +141,7 @@ def check_brc_stats(r, expect, below_threshold, report):
 @pytest.mark.parametrize("script", SCENARIOS)
 @pytest.mark.parametrize("flavour,env,options,expect", CONFIGS)
 def test_scenario(flavour, env, options, expect, script):
-    assert flavour in FLAVOURS
+    assert flavour in FLAVOURS + MAIN_FLAVOURS
     python = dist_python(flavour)
     deadline = FREE_DEADLINE if expect == "frees" else RETAIN_WINDOW
     below_threshold = (env.get(KNOB) == "5"
@@ -192,7 +197,7 @@ def test_scenario(flavour, env, options, expect, script):
     assert after <= FREED_MARGIN, (
         "RSS still %s above baseline after wake\n%s" % (mib(after), report))
 
-    if flavour == "ft-brc":
+    if flavour in ("ft-brc", "main-ft-brc"):
         check_brc_stats(r, expect, below_threshold, report)
     else:
         assert "brc_stats_after" not in r, report

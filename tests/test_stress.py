@@ -9,7 +9,8 @@ it.
 
 Environment:
   BRC_MERGE_STRESS_SECONDS   duration of the run (default 60)
-  BRC_MERGE_STRESS_FLAVOURS  comma list of flavours to run (default "ft-brc";
+  BRC_MERGE_STRESS_FLAVOURS  comma list of flavours to run (default
+                             "ft-brc,main-ft-brc": the patched build of each line;
                              e.g. "ft-brc,ft-brc-debug,ft,gil")
 Flavours that are not built are skipped (conftest.dist_python).
 """
@@ -25,7 +26,7 @@ from conftest import ROOT, dist_python
 STRESS = ROOT / "tests" / "stress" / "brc_stress.py"
 SECONDS = float(os.environ.get("BRC_MERGE_STRESS_SECONDS") or 60)
 STRESS_FLAVOURS = tuple(
-    f.strip() for f in (os.environ.get("BRC_MERGE_STRESS_FLAVOURS") or "ft-brc").split(",")
+    f.strip() for f in (os.environ.get("BRC_MERGE_STRESS_FLAVOURS") or "ft-brc,main-ft-brc").split(",")
     if f.strip())
 # Longer than the script's own watchdog (duration*3+60), which dumps every
 # thread's traceback on a hang; this only catches a hang of the watchdog.
