@@ -14,6 +14,18 @@ interpreter under test is dist/<flavour>/bin/python3.
            entry names that evidence).  Reports are symbolized with the
            flavour's own LLVM (llvm_symbolizer(); Debian package llvm-16), and
            a self-check proves it before the tests run.
+  asan     CPython tests, then the stress run (tests/test_stress.py), under
+           AddressSanitizer.  Every report is written to a log file
+           (ASAN_OPTIONS log_path) and counted; the run passes only with zero
+           reports.  ASan has no suppressions for memory-access reports, so
+           the free-threaded build's deliberate reads of possibly freed
+           objects are excluded at compile time by a checking-only patch
+           (patches/3.14/checking/asan.series, applied to the -asan flavours
+           only).  A self-check first proves that reports are produced (a
+           heap-use-after-free, and a use after free of a mimalloc block,
+           which only a build with MI_TRACK_ASAN reports) and symbolized;
+           then tests/asan/optimistic_reads.py provokes those reads (it
+           reports on a build without the checking patch).
   refleak  regrtest -R on a --with-pydebug build: no leaks, no assertion
            failures.
   parity   the same tests on two flavours (default ft and ft-brc); the sets
@@ -37,9 +49,11 @@ from pathlib import Path
 from conftest import ROOT, dist_dir  # noqa: E402  (tests/ is this script's dir)
 
 PROJECT_TSAN_SUPPRESSIONS = ROOT / "tests" / "tsan" / "suppressions.txt"
+OPTIMISTIC_READS = ROOT / "tests" / "asan" / "optimistic_reads.py"
 
 # The series' own tests, and the free-threading suite around them.
 TSAN_TESTS = ["test_free_threading"]
+ASAN_TESTS = TSAN_TESTS
 REFLEAK_TESTS = ["test_free_threading.test_brc"]
 # The stdlib subset of issue 7, with one slice of the multiprocessing suite
 # (the "processes" start-method tests of forkserver: queues, pools, managers).
@@ -272,6 +286,196 @@ def cmd_tsan(args):
     return 0 if rc == 0 and not reports else 1
 
 
+# ---------------------------------------------------------------- asan
+
+ASAN_HEADER = re.compile(r"ERROR: AddressSanitizer: (\S+)")
+ASAN_FRAME = re.compile(r"^\s+#(\d+) 0x[0-9a-f]+ in (\S+)")
+ASAN_RUNTIME_FRAME = re.compile(r"^(__asan_|__interceptor_|__sanitizer_|___interceptor_)")
+ASAN_SEPARATOR = re.compile(r"(?m)^={20,}\n")
+
+
+def asan_reports(logdir):
+    """[(kind, top frames, text)] for every report in the ASan log files under
+    LOGDIR (one file per process: asan.<pid>).  The frames are those of the
+    faulting access, without the ASan runtime's own (__asan_memcpy ...)."""
+    reports = []
+    for f in sorted(Path(logdir).rglob("asan.*")):
+        text = f.read_text(errors="replace")
+        for block in ASAN_SEPARATOR.split(text):
+            head = ASAN_HEADER.search(block)
+            if not head:
+                continue
+            frames = []
+            for l in block.splitlines()[1:]:
+                if not l.strip() and frames:
+                    break           # the end of the access's stack
+                m = ASAN_FRAME.match(l)
+                if m and not ASAN_RUNTIME_FRAME.match(m.group(2)):
+                    frames.append(m.group(2))
+                    if len(frames) == 4:
+                        break
+            reports.append((head.group(1), tuple(frames), f"{f.name}:\n{block}"))
+    return reports
+
+
+def report_summary(reports):
+    """'  Nx kind: frame <- frame ...' lines, one per distinct report."""
+    seen = {}
+    for kind, frames, _ in reports:
+        seen[(kind, frames)] = seen.get((kind, frames), 0) + 1
+    return [f"  {n:3d}x {kind}: {' <- '.join(frames)}"
+            for (kind, frames), n in sorted(seen.items())]
+
+
+# The self-check: each snippet must be reported as KIND, in a report with a
+# frame naming FUNCTION (ctypes.string_at() copies the freed block with
+# PyBytes_FromStringAndSize(); _ctypes' string_at() itself is a tail call and
+# has no frame), which proves the reports are symbolized.  The first is freed by
+# libc's free() (ASan's own allocator: any ASan build reports it); the second
+# by PyMem_Free(), i.e. mimalloc, which ASan sees only through MI_TRACK_ASAN.
+ASAN_SELF_CHECKS = [
+    ("heap-use-after-free", "PyBytes_FromStringAndSize", """
+import ctypes
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.malloc.argtypes = [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+p = libc.malloc(64)
+ctypes.memset(p, 0x5a, 64)
+libc.free(p)
+ctypes.string_at(p, 16)
+"""),
+    ("use-after-poison", "PyBytes_FromStringAndSize", """
+import ctypes
+api = ctypes.pythonapi
+api.PyMem_Malloc.restype = ctypes.c_void_p
+api.PyMem_Malloc.argtypes = [ctypes.c_size_t]
+api.PyMem_Free.argtypes = [ctypes.c_void_p]
+p = api.PyMem_Malloc(64)
+ctypes.memset(p, 0x5a, 64)
+api.PyMem_Free(p)
+ctypes.string_at(p, 16)
+"""),
+]
+
+
+def asan_options(python, logdir):
+    # What CPython's ASan CI job sets (detect_leaks=0: CPython does not free
+    # everything at exit, by design; allocator_may_return_null=1: tests that
+    # allocate huge sizes expect MemoryError; handle_segv=0: faulthandler's),
+    # plus a log file per process and halt_on_error=0 (the flavours are built
+    # with -fsanitize-recover=address), so one run lists every report.
+    return sanitizer_options(python, f"log_path={logdir}/asan", "detect_leaks=0",
+                             "halt_on_error=0", "allocator_may_return_null=1",
+                             "handle_segv=0")
+
+
+def cmd_asan(args):
+    python = python_of(args.flavour)
+    cflags = subprocess.run([str(python), "-c",
+                             "import sysconfig; print(sysconfig.get_config_var('CFLAGS'))"],
+                            capture_output=True, text=True, env=clean_env()).stdout
+    if "-fsanitize=address" not in cflags:
+        sys.exit(f"error: {args.flavour} is not built with AddressSanitizer "
+                 f"(CFLAGS {cflags.strip()!r}); use --flavour ft-brc-asan or ft-asan")
+    for flag in ("-DMI_TRACK_ASAN=1", "-fsanitize-recover=address"):
+        if flag not in cflags:
+            sys.exit(f"error: {args.flavour} is not built with {flag}; rebuild it with build.sh")
+    out = results_dir(f"asan-{args.flavour}")
+    logdir = out / "logs"
+    shutil.rmtree(logdir, ignore_errors=True)
+    (logdir / "regrtest").mkdir(parents=True)
+    (logdir / "stress").mkdir()
+    (logdir / "optimistic").mkdir()
+    # Self-check: known uses after free must be reported with their function's
+    # name, or the interpreter is not instrumented (or mimalloc does not tell
+    # ASan), the log path does not work, or reports are not symbolized, and
+    # "zero reports" would mean nothing.
+    probe = out / "self-check"
+    shutil.rmtree(probe, ignore_errors=True)
+    probe.mkdir()
+    for i, (kind, function, code) in enumerate(ASAN_SELF_CHECKS):
+        d = probe / str(i)
+        d.mkdir()
+        p = subprocess.run([str(python), "-c", code],
+                           env=clean_env(ASAN_OPTIONS=asan_options(python, d)),
+                           timeout=600, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+        found = [r for r in asan_reports(d) if r[0] == kind]
+        if not found:
+            logs = "".join(f.read_text(errors="replace")[-2000:] for f in sorted(d.glob("asan.*")))
+            log(f"error: {args.flavour} did not report a {kind} for a known one "
+                f"(exit {p.returncode}); is it built with --with-address-sanitizer"
+                + (" and -DMI_TRACK_ASAN=1 (mimalloc blocks)" if kind == "use-after-poison" else "")
+                + f"? Its output and ASan log ({d}):\n" + p.stderr[-2000:] + logs)
+            return 1
+        named = re.compile(rf"(?m)^\s+#\d+ 0x[0-9a-f]+ in {function}\b.*$")
+        frame = next((m.group(0).strip() for *_, text in found
+                      for m in [named.search(text)] if m), None)
+        if not frame:
+            log(f"error: the self-check's known {kind} was reported, but no frame names "
+                f"{function}: reports are not symbolized (symbolizer "
+                f"{llvm_symbolizer(python)}). The report's start ({d}):\n"
+                + "\n".join(found[0][2].splitlines()[:10]))
+            return 1
+        log(f"self-check: a known {kind} is reported and symbolized ({frame})")
+
+    # The free-threaded build's deliberate reads of possibly freed objects,
+    # provoked: the checking patch must exempt them (and nothing is reported).
+    p = subprocess.run([str(python), str(OPTIMISTIC_READS), str(args.optimistic_seconds)],
+                       env=clean_env(ASAN_OPTIONS=asan_options(python, logdir / "optimistic")),
+                       timeout=args.optimistic_seconds * 10 + 120, stdin=subprocess.DEVNULL,
+                       capture_output=True, text=True)
+    optimistic_rc = p.returncode
+    reports = asan_reports(logdir / "optimistic")
+    log(f"asan {args.flavour}: {OPTIMISTIC_READS.name} ({args.optimistic_seconds} s): exit "
+        f"{p.returncode}, {len(reports)} AddressSanitizer report(s)")
+    if p.returncode != 0:
+        log(p.stdout[-2000:] + p.stderr[-2000:])
+
+    tests = args.tests or ASAN_TESTS
+    rc, secs = run_regrtest(python, ["-j", str(args.jobs), f"--timeout={args.timeout}",
+                                     "--fail-env-changed", *tests],
+                            clean_env(ASAN_OPTIONS=asan_options(python, logdir / "regrtest")),
+                            args.timeout * 4, out / "regrtest.log")
+    regrtest_reports = asan_reports(logdir / "regrtest")
+    reports += regrtest_reports
+    log(f"asan {args.flavour}: {' '.join(tests)}: regrtest exit {rc} in {secs:.0f} s, "
+        f"{len(regrtest_reports)} AddressSanitizer report(s)")
+    if rc != 0:
+        log(tail(out / "regrtest.log"))
+
+    stress_rc, stress_secs = 0, 0.0
+    if args.stress_seconds > 0:
+        # tests/test_stress.py drives and judges the stress script; the ASan
+        # options reach the interpreter under test (and its children) through
+        # the environment.
+        cmd = [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider",
+               str(ROOT / "tests" / "test_stress.py")]
+        log(f"$ {' '.join(cmd)}  ({args.flavour}, {args.stress_seconds} s)")
+        start = time.monotonic()
+        env = dict(os.environ, BRC_MERGE_STRESS_FLAVOURS=args.flavour,
+                   BRC_MERGE_STRESS_SECONDS=str(args.stress_seconds),
+                   ASAN_OPTIONS=asan_options(python, logdir / "stress"))
+        with open(out / "stress.log", "w") as f:
+            stress_rc = subprocess.run(cmd, env=env, stdout=f, stderr=subprocess.STDOUT,
+                                       stdin=subprocess.DEVNULL, cwd=ROOT).returncode
+        stress_secs = time.monotonic() - start
+        stress_reports = asan_reports(logdir / "stress")
+        log(f"asan {args.flavour}: stress run ({args.stress_seconds} s): pytest exit "
+            f"{stress_rc} in {stress_secs:.0f} s, {len(stress_reports)} AddressSanitizer "
+            f"report(s); log {out / 'stress.log'}")
+        if stress_rc != 0:
+            log(tail(out / "stress.log", 80))
+        reports += stress_reports
+
+    log(f"asan {args.flavour}: {len(reports)} AddressSanitizer report(s) in all; logs in {out}")
+    for line in report_summary(reports):
+        log(line)
+    if reports:
+        log("first report:\n" + reports[0][2])
+    return 0 if rc == 0 and stress_rc == 0 and optimistic_rc == 0 and not reports else 1
+
+
 # ------------------------------------------------------------- refleak
 
 def cmd_refleak(args):
@@ -384,6 +588,16 @@ def main():
     t.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     t.add_argument("--timeout", type=int, default=1800, help="per test file, seconds")
     t.add_argument("tests", nargs="*", help=f"default: {' '.join(TSAN_TESTS)}")
+    a = sub.add_parser("asan", help="CPython tests and the stress run under AddressSanitizer, "
+                       "zero reports")
+    a.add_argument("--flavour", default="ft-brc-asan")
+    a.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    a.add_argument("--timeout", type=int, default=1800, help="per test file, seconds")
+    a.add_argument("--stress-seconds", type=int, default=60,
+                   help="stress run length (tests/test_stress.py); 0 skips it")
+    a.add_argument("--optimistic-seconds", type=int, default=10,
+                   help=f"run length of tests/asan/{OPTIMISTIC_READS.name}")
+    a.add_argument("tests", nargs="*", help=f"default: {' '.join(ASAN_TESTS)}")
     r = sub.add_parser("refleak", help="regrtest -R on the debug build")
     r.add_argument("--flavour", default="ft-brc-debug")
     r.add_argument("--runs", default="3:3", help="regrtest -R warmups:runs (default 3:3)")
@@ -396,7 +610,8 @@ def main():
     q.add_argument("tests", nargs="*", help=f"default: {' '.join(PARITY_TESTS)}")
     args = p.parse_args()
     QUIET = args.quiet
-    return {"tsan": cmd_tsan, "refleak": cmd_refleak, "parity": cmd_parity}[args.cmd](args)
+    return {"tsan": cmd_tsan, "asan": cmd_asan, "refleak": cmd_refleak,
+            "parity": cmd_parity}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -141,16 +141,17 @@ def test_help(sandbox):
 def test_checking_flavours_listed(sandbox):
     p = sandbox.run("--help")
     assert p.returncode == 0
-    for flavour in ("ft-brc-debug", "ft-tsan", "ft-brc-tsan"):
+    for flavour in ("ft-brc-debug", "ft-tsan", "ft-brc-tsan", "ft-asan", "ft-brc-asan"):
         assert re.search(rf"^  {flavour} ", p.stdout, re.M), p.stdout
     assert "--with-pydebug" in p.stdout and "ThreadSanitizer" in p.stdout
+    assert "AddressSanitizer" in p.stdout
 
 
 def test_unknown_flavour(sandbox):
     p = sandbox.run("gil", "nogil", "ft-brc")
     assert p.returncode == 2, p.out
     assert "unknown flavour" in p.stderr and "nogil" in p.stderr
-    assert "gil ft ft-brc ft-brc-debug ft-tsan ft-brc-tsan" in p.stderr   # lists the valid ones
+    assert "gil ft ft-brc ft-brc-debug ft-tsan ft-brc-tsan ft-asan ft-brc-asan" in p.stderr   # lists the valid ones
     assert not sandbox.cache.exists()           # nothing touched at all
     sandbox.assert_dist_untouched()
 
@@ -317,6 +318,55 @@ def test_series_names_missing_patch(sandbox, tmp_path):
     sandbox.assert_dist_untouched()
 
 
+CHECKING_PATCH = """\
+diff --git a/Include/patchlevel.h b/Include/patchlevel.h
+--- a/Include/patchlevel.h
++++ b/Include/patchlevel.h
+@@ -1,1 +1,1 @@
+-/* fake */
++/* fake, checked */
+"""
+
+
+def add_checking_series(patches: Path, name="asan", files=None) -> Path:
+    files = {"0001-asan-check.patch": CHECKING_PATCH} if files is None else files
+    (patches / "checking").mkdir(exist_ok=True)
+    (patches / "checking" / f"{name}.series").write_text(
+        "# test checking series\n" + "".join(f"{n}\n" for n in files))
+    for n, text in files.items():
+        (patches / "checking" / n).write_text(text)
+    return patches
+
+
+# The patch stage's result, then the fake configure fails: no compiler runs.
+@pytest.mark.parametrize("flavour,series,checking", [
+    ("ft-asan", False, True),           # the checking series alone
+    ("ft-brc-asan", True, True),        # the series, then the checking series
+    ("ft-brc", True, False),            # never the checking series
+])
+def test_checking_series_only_for_its_flavours(sandbox, tmp_path, flavour, series, checking):
+    tree = make_tree(tmp_path / "tree")
+    patches = add_checking_series(make_patches(tmp_path / "patches", tree,
+                                               {"0001-good.patch": GOOD_PATCH}))
+    p = sandbox.run("--source", tree, "--patches", patches, "--no-deps", flavour, timeout=60)
+    assert p.returncode == 1 and f"configure {flavour} FAILED" in p.stderr, p.out
+    src = sandbox.cache / "build" / flavour / "src"
+    assert ("int x = 1;" in (src / "Python" / "brc.c").read_text()) == series
+    assert ("checked" in (src / "Include" / "patchlevel.h").read_text()) == checking
+    if checking:
+        assert "1 checking patch(es)" in p.stdout, p.out
+    sandbox.assert_dist_untouched()
+
+
+def test_checking_series_missing(sandbox, tmp_path):
+    tree = make_tree(tmp_path / "tree")
+    patches = make_patches(tmp_path / "patches", tree)
+    p = sandbox.run("--source", tree, "--patches", patches, "--no-deps", "ft-asan", timeout=60)
+    assert p.returncode == 1, p.out
+    assert "checking/asan.series" in p.stderr and "does not exist" in p.stderr
+    sandbox.assert_dist_untouched()
+
+
 # --------------------------------------------------------------------------- checksums
 
 
@@ -370,6 +420,18 @@ def test_update_checksums_lists_touched_not_new_files(sandbox, tmp_path):
     assert p.returncode == 3 and "ft-brc needs a build" in p.stdout, p.out
 
 
+def test_update_checksums_includes_checking_series(sandbox, tmp_path):
+    tree = make_tree(tmp_path / "tree")
+    (tree / "Include" / "pycore_object.h").write_text("/* fake */\nint a;\n")
+    patches = add_checking_series(make_patches(tmp_path / "patches", tree), files={
+        "0001-asan.patch": PLAIN_DIFF.replace("Include/patchlevel.h", "Include/pycore_object.h")})
+    p = sandbox.run("--source", tree, "--patches", patches, "--update-checksums")
+    assert p.returncode == 0, p.out
+    lines = (patches / "checksums").read_text().splitlines()
+    assert [ln.split("  ", 1)[1] for ln in lines] == [
+        "Include/patchlevel.h", "Include/pycore_object.h", "configure"]
+
+
 def test_update_checksums_checks_version_first(sandbox, tmp_path):
     tree = make_tree(tmp_path / "tree", version="3.13.9")
     patches = make_patches(tmp_path / "patches", tree)
@@ -410,6 +472,7 @@ printf '%s\\n' "$@" > configure-args.txt
   echo "PREFIX = $prefix"
   echo "all:"
   printf '\\t@echo fake build\\n'
+  printf '\\t@echo "ASAN_OPTIONS=$$ASAN_OPTIONS" > build-env.txt\\n'
   echo "install:"
   printf '\\tmkdir -p $(DESTDIR)$(PREFIX)/bin\\n'
   printf '\\tcp %s/fake-python $(DESTDIR)$(PREFIX)/bin/python3.14\\n' "$srcdir"
@@ -504,6 +567,32 @@ def test_fake_build_patch_change_rebuilds_only_what_changed(fake):
     assert (src / "configure").stat().st_mtime_ns == mtime_configure        # unchanged: kept
     assert re.search(r"configure ft-brc \.\.\. ok \(\d+s, unchanged", p.stdout), p.stdout
     assert "0001-brc.patch" in (fake.cache / "install" / "ft-brc" / ".brc-merge-key").read_text()
+
+
+def test_fake_build_asan_flavour(fake):
+    """ft-asan: its configure flags, CFLAGS, build environment and checking series
+    are in its key; the other flavours' keys and environment do not change."""
+    add_checking_series(fake.patches)
+    p = fake.build("ft-asan", "ft")
+    assert p.returncode == 0, p.out
+    obj = fake.cache / "build" / "ft-asan" / "obj"
+    args = (obj / "configure-args.txt").read_text().split("\n")
+    for a in ("--disable-gil", "--with-address-sanitizer", "--with-pydebug", "CC=clang-16"):
+        assert a in args, args
+    cflags = next(a for a in args if a.startswith("CFLAGS="))
+    assert "-DMI_TRACK_ASAN=1" in cflags and "-fsanitize-recover=address" in cflags
+    assert (obj / "build-env.txt").read_text() == "ASAN_OPTIONS=detect_leaks=0\n"
+    assert (fake.cache / "build" / "ft" / "obj" / "build-env.txt").read_text() == "ASAN_OPTIONS=\n"
+    key = (fake.cache / "install" / "ft-asan" / ".brc-merge-key").read_text()
+    assert "checking-series checking/asan.series " in key
+    assert "checking-patch 0001-asan-check.patch\n" in key and "series none\n" in key
+    assert "checking" not in (fake.cache / "install" / "ft" / ".brc-merge-key").read_text()
+    # A changed checking patch rebuilds the -asan flavours only.
+    (fake.patches / "checking" / "0001-asan-check.patch").write_text(
+        CHECKING_PATCH.replace("checked", "checked again"))
+    assert fake.build("--check", "ft").returncode == 0
+    p = fake.build("--check", "ft-asan")
+    assert p.returncode == 3 and "ft-asan needs a build" in p.stdout, p.out
 
 
 def test_fake_build_smoke_failure_keeps_old_install(fake):
