@@ -152,6 +152,11 @@ bench-venv: venv
 bench: flavours bench-venv ## full benchmarks (~11 min) -> bench/results/<timestamp>/report.md
 	$(DIST_ENV) $(VENV)/bin/python bench/run.py --mode full $(BENCH_ARGS)
 
+# The same for CPython main (main-ft, main-ft-brc; no GIL build, so no gil
+# ratios): -> bench/results/<timestamp>/ with "line": "main" in info.json.
+bench-main: main-flavours bench-venv ## full benchmarks on main-ft / main-ft-brc (no gil, no torch)
+	$(DIST_ENV) $(VENV)/bin/python bench/run.py --line main --mode full --groups M1,M2,T1,T2,CG $(BENCH_ARGS)
+
 bench-fast: flavours bench-venv ## quick benchmarks (<= 3 min, CI) -> bench/results/fast/report.md
 	$(DIST_ENV) $(VENV)/bin/python bench/run.py --mode fast $(BENCH_ARGS)
 

@@ -58,6 +58,25 @@ FLAVOUR_CONFIGS = ["gil", "ft", "ft-brc"]
 T1_CONFIGS = ["ft-brc-t0", "ft-brc", "ft-brc-t2", "ft-brc-t10",
               "ft-brc-t100", "ft"]
 
+
+
+def use_line(line):
+    """Point the configurations at the flavours of another line: main has
+    main-ft and main-ft-brc (and no GIL build), so "ft" and "ft-brc" (and
+    the threshold variants) run CPython main, and "gil" is dropped."""
+    global FLAVOURS
+    if line == "3.14":
+        return
+    FLAVOURS = tuple(f"{line}-{f}" for f in FLAVOURS if f != "gil")
+    for name, (flavour, extra) in list(CONFIGS.items()):
+        if flavour == "gil":
+            del CONFIGS[name]
+        else:
+            CONFIGS[name] = (f"{line}-{flavour}", extra)
+    FLAVOUR_CONFIGS[:] = [c for c in FLAVOUR_CONFIGS if c in CONFIGS]
+    T1_CONFIGS[:] = [c for c in T1_CONFIGS if c in CONFIGS]
+
+
 # Per-mode settings.  fast: <= 3 minutes on 2 cores with warm venvs.
 MODES = {
     "fast": {
@@ -247,7 +266,7 @@ class Bench:
         with (_testinternalcapi probe from the patch series)."""
         seen = {}
         for config, (flavour, _) in CONFIGS.items():
-            if flavour != "ft-brc" or flavour not in self.pythons:
+            if not flavour.endswith("ft-brc") or flavour not in self.pythons:
                 continue
             code = ("import _testinternalcapi as t;"
                     "print(t.get_brc_merge_threshold())")
@@ -493,6 +512,10 @@ def main():
     ap.add_argument("--ignore-builds", action="store_true",
                     help="do not wait for running builds (functional checks "
                          "only: the timings are then meaningless)")
+    ap.add_argument("--line", choices=["3.14", "main"], default="3.14",
+                    help="which line's flavours: 3.14 (gil ft ft-brc) or "
+                         "main (main-ft main-ft-brc, named ft and ft-brc "
+                         "in the report)")
     ap.add_argument("--report-only", type=Path, metavar="DIR",
                     help="only redo compare_to tables, plots and report.md")
     args = ap.parse_args()
@@ -501,6 +524,7 @@ def main():
         report.write_report(args.report_only)
         return
 
+    use_line(args.line)
     cfg = MODES[args.mode]
     groups = args.groups.split(",") if args.groups else cfg["groups"]
     unknown = set(groups) - {"M1", "M2", "T1", "T2", "CG", "PP", "TORCH"}
@@ -520,6 +544,7 @@ def main():
         wait_for_builds(args.max_build_wait)
     t0 = time.monotonic()
     b = Bench(args.mode, results, groups, args.rounds)
+    b.info["line"] = args.line
     if args.ignore_builds and running_builds():
         b.info["warning"] = ("run with --ignore-builds while a build was "
                              "running: timings are meaningless")
