@@ -27,6 +27,10 @@ T2_BENCHES = ["t2_nbody", "t2_dict_str", "t2_alloc", "t2_recursion"]
 GOAL_M1 = 1.05      # ft-brc RSS <= 1.05 x gil
 GOAL_M2 = 1e-3      # ft-brc p99 free latency <= 1 ms
 GOAL_T1 = 1.02      # ft-brc default CPU time <= 1.02 x threshold 0
+GOAL_TORCH = 1.05   # ft-brc steady job memory <= 1.05 x gil
+TORCH_SHAPES = ["current", "cam4", "cam8", "cam4-stack"]
+TORCH_REPROS = ["repro", "repro-stack"]
+TORCH_REPRO_CONFIGS = ["gil", "ft", "ft-brc", "ft-brc-t0"]
 
 
 def label(config):
@@ -314,6 +318,271 @@ def plot_throughput(suites, out):
                       "min-max over rounds)", fontsize=7)
     _save(plt, fig, out)
     return True
+
+
+# --------------------------------------------------------------------------
+# torch
+
+def torch_timelines(results, name, config):
+    """{round: {"result": ..., "timeline": ...}} of bm_torch_dataloader.py."""
+    out = {}
+    for f in (results / "timelines").glob("torch_%s_%s_r*.json"
+                                          % (name, config)):
+        out[int(f.stem.rsplit("_r", 1)[1])] = json.loads(f.read_text())
+    return out
+
+
+def fmt_mib_range(values):
+    """median [min-max] in MiB over rounds."""
+    v = [x / MiB for x in values]
+    if not v:
+        return "n/a"
+    if len(v) == 1:
+        return "%.0f MiB" % v[0]
+    return "%.0f MiB [%.0f-%.0f]" % (statistics.median(v), min(v), max(v))
+
+
+def round_medians(bench):
+    return [statistics.median(v) for _, v in
+            sorted(values_by_round(bench).items())]
+
+
+def fmt_brc(st):
+    if not st:
+        return "n/a (no sys._brc_stats)"
+    return ("enqueued %d, merged on behalf %d (%d suspensions), by owner %d,"
+            " by gc %d, queued now %d" % (
+                st.get("enqueued", 0), st.get("merged_on_behalf", 0),
+                st.get("suspensions", 0), st.get("merged_by_owner", 0),
+                st.get("merged_by_gc", 0), st.get("queue_length", 0)))
+
+
+def fmt_frees(frees):
+    if not frees:
+        return "n/a"
+    return "; ".join("%s %d (median %.0f ms, max %.0f ms)"
+                     % (thread, d["batches"], d["median_ms"], d["max_ms"])
+                     for thread, d in sorted(frees.items(),
+                                             key=lambda kv: -kv[1]["batches"]))
+
+
+def plot_torch(results, out):
+    plt = _pyplot()
+
+    shapes = []
+    for name in TORCH_SHAPES:
+        runs = []
+        for config in FLAVOUR_ORDER:
+            tls = torch_timelines(results, name, config)
+            if tls:
+                runs.append((config, tls[max(tls)]))
+        if runs:
+            shapes.append((name, runs))
+    if not shapes:
+        return False
+    colors = {"gil": "tab:green", "ft": "tab:red", "ft-brc": "tab:blue"}
+    fig, axes = plt.subplots(len(shapes), 1,
+                             figsize=(9, 1.0 + 2.6 * len(shapes)),
+                             squeeze=False)
+    for ax, (name, runs) in zip(axes[:, 0], shapes):
+        for config, d in runs:
+            tl = d["timeline"]
+            t = [s[0] for s in tl["samples"]]
+            ax.plot(t, [s[1] / MiB for s in tl["samples"]], linewidth=1.2,
+                    color=colors[config], label="%s job" % config)
+            ax.plot(t, [s[3] / MiB for s in tl["samples"]], linewidth=0.8,
+                    linestyle="--", color=colors[config],
+                    label="%s /dev/shm part" % config)
+            for et, kind, _ in tl["events"]:
+                if kind == "epoch_end":
+                    ax.axvline(et, color=colors[config], alpha=0.4,
+                               linewidth=0.8, linestyle=":")
+        r = runs[0][1]["result"]
+        ax.set_title("%s: %d workers, %d batches x %.0f MiB%s, step %.0f ms "
+                     "(dotted: epoch ends; last round)" % (
+                         name, r["workers"], r["batches"], r["batch_mib"],
+                         ", %d epochs, pause %.0f s" % (r["epochs"],
+                                                        r["pause"])
+                         if r["epochs"] > 1 else "", r["step_ms"]),
+                     fontsize=9)
+        ax.set_ylabel("MiB")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, ncol=3, loc="upper right")
+    axes[-1, 0].set_xlabel("time since the loader started (s); job = PSS of "
+                           "main + workers (shared pages once) + /dev/shm")
+    fig.suptitle("torch DataLoader job memory over time", fontsize=10)
+    _save(plt, fig, out)
+    return True
+
+
+def torch_section(results, suites, info, goals):
+    md = []
+    w = md.append
+    w("## Real DataLoader (torch)")
+    w("")
+    skipped = info.get("skipped", {})
+    torch_skips = {k: v for k, v in skipped.items() if k.startswith("TORCH")}
+    any_repro = False
+    for name in TORCH_REPROS:
+        repro = {c: torch_timelines(results, name, c)
+                 for c in TORCH_REPRO_CONFIGS}
+        if not any(repro.values()):
+            continue
+        some = next(d for c in TORCH_REPRO_CONFIGS for d in repro[c].values())
+        r = some["result"]
+        if not any_repro:
+            w("### The public thread's repro")
+            w("")
+            w("DataLoader(num_workers=%d, persistent_workers=True), one epoch "
+              "of batches of %d MiB, every batch dropped by the main process; "
+              "MiB of `/dev/shm/torch_*` still mapped in the job 0.5 s later, "
+              "and 6 s later, after the workers' 5-s status-check timeout has "
+              "woken their main threads. *repro*: default_collate (in a worker "
+              "it allocates the batch in shared memory); *repro-stack*: a "
+              "user's collate_fn (torch.stack), so the queue's feeder thread "
+              "moves the batch to shared memory while pickling it. ft-brc-t0 "
+              "is the patched binary with merging on behalf off (stock "
+              "behaviour), run for its `sys._brc_stats()`, summed over the "
+              "workers. *freed by*: which worker thread freed the batch tensors "
+              "and how long after the feeder had pickled them."
+              % (r["workers"], r["batch_mib"]))
+            w("")
+            w("| repro | config | mapped after the drop | 6 s later | per "
+              "worker after the drop; 6 s later (last round) | workers' "
+              "sys._brc_stats() after the drop; queued 6 s later (last round) "
+              "| batch tensors freed by (last round) |")
+            w("|---|---|---|---|---|---|---|")
+            any_repro = True
+        for config in TORCH_REPRO_CONFIGS:
+            d = repro[config]
+            if not d:
+                continue
+            last = d[max(d)]["result"]
+            drop = [d[k]["result"]["after_drop"]["mapped"] for k in sorted(d)]
+            tmo = [d[k]["result"]["after_timeout"]["mapped"]
+                   for k in sorted(d)]
+            later = last["after_timeout"]["workers_brc"]
+            w("| %s | %s | %s | %s | %s; %s | %s%s | %s |" % (
+                name, label(config), fmt_mib_range(drop), fmt_mib_range(tmo),
+                ", ".join("%.0f" % (x / MiB)
+                          for x in last["after_drop"]["mapped_workers"]),
+                ", ".join("%.0f" % (x / MiB)
+                          for x in last["after_timeout"]["mapped_workers"]),
+                fmt_brc(last["after_drop"]["workers_brc"]),
+                "; %d" % later["queue_length"] if later else "",
+                fmt_frees(last["after_timeout"]["frees"])))
+            if config == "ft-brc":
+                ft = [x["result"]["after_drop"]["mapped"]
+                      for x in repro["ft"].values()]
+                goals.append(("TORCH %s: ft-brc MiB of /dev/shm/torch "
+                              "mapped after the drop = 0 (ft beside)" % name,
+                              "ft-brc %s; ft %s" % (fmt_mib_range(drop),
+                                                    fmt_mib_range(ft)),
+                              max(drop) == 0))
+    if any_repro:
+        w("")
+
+    rows_any = False
+    for name in TORCH_SHAPES:
+        tls = {c: torch_timelines(results, name, c) for c in FLAVOUR_ORDER}
+        if not any(tls.values()):
+            continue
+        if not rows_any:
+            w("### Job memory")
+            w("")
+            w("Memory of the whole job as an operator sees it "
+              "(bench/_jobmem.py, sampled every 0.2 s): PSS summed over the "
+              "main process and all its descendants (forkserver, workers, "
+              "resource tracker; pages shared between them counted once) "
+              "plus the `/dev/shm` objects the job holds (mapped or only "
+              "open). *steady*: average while epochs run (from the first batch; "
+              "of a job with several epochs only the later ones: workers "
+              "start, each importing torch, during the first); *idle*: "
+              "average "
+              "while the loader waits between epochs and after the last "
+              "(persistent workers); *without file pages*: the same with "
+              "PSS_Anon in place of PSS, i.e. without the resident share of "
+              "torch's library files, which depends on how each venv's copy "
+              "sits in the page cache (tens of MiB between identical copies "
+              "here), not on the interpreter; the `/dev/shm` part beside. "
+              "Values: median [min-max] over rounds; ratios: per-round "
+              "ratios to gil, median [min-max].")
+            w("")
+            rows_any = True
+        some = next(d for c in FLAVOUR_ORDER for d in tls[c].values())
+        r = some["result"]
+        w("**%s**: %d workers, %d batches of %d x %.1f MiB per epoch, %d "
+          "epoch(s)%s, training step %.0f ms, persistent workers %s."
+          % (name, r["workers"], r["batches"], r["batch_size"],
+             r["batch_mib"] / r["batch_size"], r["epochs"],
+             ", %.0f s pause between" % r["pause"] if r["epochs"] > 1
+             else "", r["step_ms"], "yes" if r["persistent"] else "no"))
+        w("")
+        w("| config | peak | / gil | steady | / gil | idle | / gil | "
+          "without file pages: steady / gil; idle / gil | "
+          "/dev/shm steady; idle | epoch (s) |")
+        w("|---|---|---|---|---|---|---|---|---|---|")
+        for config in FLAVOUR_ORDER:
+            cells = []
+            for metric in ("job_peak", "job_steady", "job_idle"):
+                b = get_bench(suites, config, "torch_%s_%s" % (name, metric))
+                ref = get_bench(suites, "gil", "torch_%s_%s" % (name, metric))
+                if b is None:
+                    cells += ["n/a", ""]
+                    continue
+                ratios = round_ratios(b, ref) if ref else []
+                cells += [fmt_mib_range(round_medians(b)),
+                          fmt_ratio(ratios) if config != "gil" else ""]
+            anon = []
+            for metric in ("anon_steady", "anon_idle"):
+                b = get_bench(suites, config, "torch_%s_%s" % (name, metric))
+                ref = get_bench(suites, "gil", "torch_%s_%s" % (name, metric))
+                anon.append(fmt_ratio(round_ratios(b, ref))
+                            if b and ref and config != "gil" else
+                            fmt_mib_range(round_medians(b)) if b else "n/a")
+            shm = []
+            for metric in ("shm_steady", "shm_idle"):
+                b = get_bench(suites, config, "torch_%s_%s" % (name, metric))
+                shm.append(fmt_mib_range(round_medians(b)) if b else "n/a")
+            ep = get_bench(suites, config, "torch_%s_epoch" % name)
+            if all(c == "n/a" for c in cells[::2]):
+                continue
+            w("| %s | %s | %s | %s | %s |" % (
+                label(config), " | ".join(cells), "; ".join(anon),
+                "; ".join(shm),
+                "%.1f" % statistics.median(all_values(ep)) if ep else "n/a"))
+        w("")
+        for config in FLAVOUR_ORDER:
+            d = tls[config]
+            if not d:
+                continue
+            last = d[max(d)]["result"]
+            point = "idle" if "idle" in last["workers_brc"] else "last_batch"
+            w("- %s, last round, workers at the %s probe: %s; freed by: %s"
+              % (label(config), point.replace("_", " "),
+                 fmt_brc(last["workers_brc"].get(point)),
+                 fmt_frees(last["frees"].get(point))))
+        w("")
+        b = get_bench(suites, "ft-brc", "torch_%s_job_steady" % name)
+        ref = get_bench(suites, "gil", "torch_%s_job_steady" % name)
+        bft = get_bench(suites, "ft", "torch_%s_job_steady" % name)
+        if b and ref:
+            r = round_ratios(b, ref)
+            goals.append(("TORCH %s: ft-brc steady job memory / gil <= %.2f "
+                          "(ft beside)" % (name, GOAL_TORCH),
+                          "ft-brc %s; ft %s" % (
+                              fmt_ratio(r), fmt_ratio(round_ratios(bft, ref))
+                              if bft else "n/a"),
+                          statistics.median(r) <= GOAL_TORCH))
+    if rows_any and plot_torch(results, results / "torch_memory.png"):
+        w("![torch job memory over time](torch_memory.png)")
+        w("")
+    for k, v in torch_skips.items():
+        w("- %s skipped: %s" % (k, v))
+    if not rows_any and not any_repro and not torch_skips:
+        w("*not run* (`make bench-torch`, or `make bench BENCH_TORCH=1`)")
+    w("")
+    return md
 
 
 # --------------------------------------------------------------------------
@@ -648,37 +917,8 @@ def write_report(results):
         w("")
 
     # ---- torch
-    w("## Real DataLoader (torch)")
-    w("")
-    torch_rows = []
-    ref = get_bench(suites, "gil", "torch_worker_peak_rss")
-    for config in FLAVOUR_ORDER:
-        for name in ("torch_worker_peak_rss", "torch_worker_steady_rss",
-                     "torch_main_peak_rss"):
-            b = get_bench(suites, config, name)
-            if b is None:
-                continue
-            r = get_bench(suites, "gil", name)
-            torch_rows.append("| %s | %s | %s | %s |" % (
-                label(config), name, fmt_summary(b),
-                fmt_ratio(round_ratios(b, r)) if r else "n/a"))
-    if torch_rows:
-        w("DataLoader(num_workers=4) over a synthetic dataset of large "
-          "tensors; RSS of the worker processes (summed) and of the main "
-          "process.")
-        w("")
-        w("| config | metric | value | / gil |")
-        w("|---|---|---|---|")
-        md.extend(torch_rows)
-        w("")
     skipped = info.get("skipped", {})
-    torch_skips = {k: v for k, v in skipped.items() if k.startswith("TORCH")}
-    for k, v in torch_skips.items():
-        w("- %s skipped: %s" % (k, v))
-    if not torch_rows and not torch_skips:
-        w("*not run* (`make bench` only)")
-    w("")
-    del ref
+    md.extend(torch_section(results, suites, info, goals))
 
     other = {k: v for k, v in skipped.items() if not k.startswith("TORCH")}
     if other:

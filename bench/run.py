@@ -43,6 +43,27 @@ FLAVOURS = ("gil", "ft", "ft-brc")
 VENVS = BENCH / ".venvs"
 FLAVOUR_REQUIREMENTS = BENCH / "requirements-flavour.txt"
 TORCH_SPEC = os.environ.get("BENCH_TORCH_SPEC", "torch==2.14.1")
+TORCH_CHECK = ("import torch, numpy; print('torch', torch.__version__, "
+               "'numpy', numpy.__version__)")
+TORCH_MIN_FREE_GB = 8
+# The TORCH group: (name, bm_torch_dataloader.py arguments, configurations).
+# ft-brc-t0 (merging on behalf off: stock behaviour in the patched binary)
+# runs the repro too, for its sys._brc_stats(): what stays queued.  The
+# -stack variants use a user's collate_fn, so that the queue's feeder thread
+# moves each batch to shared memory (see bm_torch_dataloader.py).
+TORCH_PLAN = [
+    ("repro", ["--shape", "repro"], ["gil", "ft", "ft-brc", "ft-brc-t0"]),
+    ("repro-stack", ["--shape", "repro", "--collate", "stack", "--name",
+                     "repro-stack"], ["gil", "ft", "ft-brc", "ft-brc-t0"]),
+    ("current", ["--shape", "current"], ["gil", "ft", "ft-brc"]),
+    ("cam4", ["--shape", "cameras", "--workers", "4", "--name", "cam4"],
+     ["gil", "ft", "ft-brc"]),
+    ("cam8", ["--shape", "cameras", "--workers", "8", "--name", "cam8"],
+     ["gil", "ft", "ft-brc"]),
+    ("cam4-stack", ["--shape", "cameras", "--workers", "4", "--collate",
+                    "stack", "--name", "cam4-stack"],
+     ["gil", "ft", "ft-brc"]),
+]
 
 # name -> (flavour, extra environment)
 CONFIGS = {
@@ -230,7 +251,7 @@ class Bench:
     def out(self, config):
         return self.results / (config + ".json")
 
-    def run_script(self, group, config, round_no):
+    def run_script(self, group, config, round_no, extra=(), label=None):
         flavour, _ = CONFIGS[config]
         py = self.pythons[flavour]
         script = BENCH / GROUP_SCRIPT[group]
@@ -242,18 +263,27 @@ class Bench:
         elif group == "M2":
             cmd += ["-o", str(self.out(config))] + self.cfg["m2_args"]
         elif group == "TORCH":
-            cmd += ["-o", str(self.out(config))]
+            cmd += ["-o", str(self.out(config))] + list(extra)
         else:
             cmd += ["--append", str(self.out(config)), "--loops", "1",
                     "--quiet", "--inherit-environ",
                     ",".join([KNOB, "BENCH_FLAVOUR", "BENCH_ROUND"])]
             cmd += self.cfg["pyperf_args"][group]
         t = time.monotonic()
-        proc = subprocess.run(cmd, env=self.env_for(config, round_no),
-                              cwd=str(self.results), capture_output=True,
-                              text=True)
-        summary = " ".join(proc.stdout.split("\n")[-3:]).strip()
-        log("%-5s r%d %-12s %5.1fs  %s" % (group, round_no, config,
+        try:
+            # a DataLoader can hang (a worker killed by the OOM killer...)
+            proc = subprocess.run(cmd, env=self.env_for(config, round_no),
+                                  cwd=str(self.results), capture_output=True,
+                                  text=True,
+                                  timeout=600 if group == "TORCH" else None)
+        except subprocess.TimeoutExpired:
+            raise SystemExit("bench: %s timed out after 600 s for %s"
+                             % (script.name, config))
+        lines = proc.stdout.rstrip("\n").split("\n")
+        if group == "TORCH":            # the last line is a JSON summary
+            lines = lines[:-1]
+        summary = " ".join(lines[-3:]).strip()
+        log("%-5s r%d %-12s %5.1fs  %s" % (label or group, round_no, config,
                                            time.monotonic() - t,
                                            summary[:110]))
         if proc.returncode != 0:
@@ -366,38 +396,85 @@ class Bench:
 
     # -- torch ------------------------------------------------------------
 
+    def torch_ready(self, flavour):
+        """Install TORCH_SPEC + numpy into the flavour's bench venv unless
+        they import; returns None or why not."""
+        py = self.pythons[flavour]
+        venv = VENVS / flavour
+        check = subprocess.run([str(py), "-c", TORCH_CHECK], env=clean_env(),
+                               capture_output=True, text=True)
+        if check.returncode == 0:
+            log("TORCH %s: %s already in %s" % (flavour, check.stdout.strip(),
+                                                venv.relative_to(ROOT)))
+            return None
+        free = shutil.disk_usage(VENVS).free / 1e9
+        if free < TORCH_MIN_FREE_GB:
+            return ("only %.1f GB free under %s; installing %s needs about "
+                    "%d GB per flavour venv" % (free, VENVS, TORCH_SPEC,
+                                                TORCH_MIN_FREE_GB))
+        log("TORCH %s: installing %s + numpy into %s with that venv's pip "
+            "(your pip configuration: index, find-links). The wheels are "
+            "about 3 GB per ABI (cp314 for gil, cp314t for ft and ft-brc; "
+            "downloaded once into pip's cache), installed about 5 GB per "
+            "venv; %.0f GB free. Takes 1-5 minutes."
+            % (flavour, TORCH_SPEC, venv.relative_to(ROOT), free))
+        logfile = self.results / ("torch-install-%s.log" % flavour)
+        t = time.monotonic()
+        with open(logfile, "w") as f:
+            p = subprocess.run([str(py), "-m", "pip", "install",
+                                "--disable-pip-version-check",
+                                "--progress-bar", "off", TORCH_SPEC, "numpy"],
+                               stdout=f, stderr=subprocess.STDOUT,
+                               env=clean_env())
+        if p.returncode != 0:
+            tail = " ".join(logfile.read_text().split()[-40:])
+            return "pip install %s failed (%s): %s" % (
+                TORCH_SPEC, logfile.name, tail)
+        size = subprocess.run(["du", "-sh", str(venv)], capture_output=True,
+                              text=True).stdout.split("\t")[0]
+        log("TORCH %s: installed in %.0fs; %s is now %s"
+            % (flavour, time.monotonic() - t, venv.relative_to(ROOT), size))
+        return None
+
     def run_torch(self):
         if os.environ.get("BENCH_TORCH") not in ("1", "yes", "true"):
             self.skipped["TORCH"] = (
-                "opt-in: set BENCH_TORCH=1 (installs %s into each flavour's "
-                "bench venv, several GB per ABI; never in bench-fast/CI)"
-                % TORCH_SPEC)
+                "opt-in: `make bench-torch` or BENCH_TORCH=1 (installs %s "
+                "into each flavour's bench venv, about 5 GB each; never in "
+                "bench-fast/CI)" % TORCH_SPEC)
             return
         ok = []
-        for flavour in [f for f in FLAVOUR_CONFIGS if f in self.pythons]:
-            py = self.pythons[flavour]
-            have = subprocess.run([str(py), "-c", "import torch"],
-                                  capture_output=True, env=clean_env())
-            if have.returncode != 0:
-                log("TORCH installing %s into %s (slow)" % (TORCH_SPEC, flavour))
-                p = subprocess.run([str(py), "-m", "pip", "install", "-q",
-                                    "--disable-pip-version-check", TORCH_SPEC],
-                                   capture_output=True, text=True,
-                                   env=clean_env())
-                if p.returncode != 0:
-                    tail = " ".join((p.stdout + p.stderr).split()[-40:])
-                    self.skipped["TORCH/" + flavour] = (
-                        "pip install %s failed: %s" % (TORCH_SPEC, tail))
-                    continue
-            ok.append(flavour)
+        for flavour in [CONFIGS[c][0] for c in FLAVOUR_CONFIGS
+                        if CONFIGS[c][0] in self.pythons]:
+            why = self.torch_ready(flavour)
+            if why:
+                self.skipped["TORCH/" + flavour] = why
+                log("TORCH %s: skipped: %s" % (flavour, why))
+            else:
+                ok.append(flavour)
         if not ok:
             self.skipped.setdefault("TORCH", "torch could not be installed "
                                     "for any flavour")
             return
-        for r in range(self.rounds("TORCH")):
-            k = r % len(ok)
-            for config in ok[k:] + ok[:k]:
-                self.run_script("TORCH", config, r)
+        wait_for_builds(3600)
+        self.info["torch_plan"] = [[n, a] for n, a, _ in TORCH_PLAN]
+        rounds = self.rounds("TORCH")
+        log("TORCH: %d rounds of %s on %s (about 6 minutes per round on 2 "
+            "cores)"
+            % (rounds, ", ".join(n for n, _, _ in TORCH_PLAN), ", ".join(ok)))
+        for r in range(rounds):
+            for name, args, configs in TORCH_PLAN:
+                configs = [c for c in configs
+                           if c in CONFIGS and CONFIGS[c][0] in ok]
+                if not configs:
+                    continue
+                k = r % len(configs)
+                for config in configs[k:] + configs[:k]:
+                    tl = self.results / "timelines" / (
+                        "torch_%s_%s_r%d.json" % (name, config, r))
+                    self.run_script("TORCH", config, r,
+                                    args + ["--timeline", str(tl)],
+                                    label="T:" + name)
 
     # -- main -------------------------------------------------------------
 
