@@ -94,12 +94,20 @@ def shm_objects(pid):
         parts = line.split(None, 5)
         if len(parts) < 6 or not parts[5].startswith(SHM_PREFIXES):
             continue
+        path = parts[5].rstrip("\n")
         try:
             st = os.stat("/proc/%d/map_files/%s" % (pid, parts[0]))
+            key, size = (st.st_dev, st.st_ino), st.st_blocks * 512
         except OSError:
-            continue
-        found[(st.st_dev, st.st_ino)] = (st.st_blocks * 512,
-                                         parts[5].rstrip("\n"), True)
+            # map_files needs CAP_SYS_ADMIN, which a container's root lacks:
+            # take the device and inode from maps, the mapping's length as
+            # the size (torch maps its shared-memory files whole)
+            major, minor = (int(x, 16) for x in parts[3].split(":"))
+            start, end = (int(x, 16) for x in parts[0].split("-"))
+            key, size = (os.makedev(major, minor), int(parts[4])), end - start
+            if key in found:
+                size = max(size, found[key][0])
+        found[key] = (size, path, True)
     try:
         fds = os.listdir("/proc/%d/fd" % pid)
     except OSError:

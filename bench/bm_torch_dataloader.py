@@ -140,8 +140,12 @@ def run_repro(args, probe_dir):
     me = os.getpid()
     main_before = tj.brc_stats()
     n = 0
+    held = None
     for n, batch in enumerate(loader):
         check(ds, batch, n, args.batch_size)
+        if n == args.batches - 1:
+            # the measurement must see a batch that is still in use
+            held = sum(_jobmem.torch_mapped(me).values())
         del batch
     if n + 1 != args.batches:
         raise RuntimeError("got %d batches" % (n + 1))
@@ -165,6 +169,7 @@ def run_repro(args, probe_dir):
     out = {"shape": "repro", "name": args.name, "collate": args.collate,
            "workers": args.workers,
            "batch_mib": args.batch_size * args.image_mib,
+           "mapped_while_held": held,
            "main_brc_before": main_before, "main_brc_after": main_after}
     out.update(points)
     return out
