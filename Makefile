@@ -162,7 +162,7 @@ bench-fast: flavours bench-venv ## quick benchmarks (<= 3 min, CI) -> bench/resu
 
 # = make bench BENCH_TORCH=1 BENCH_ARGS="--groups TORCH": installs torch + numpy
 # (about 5 GB per flavour venv, once) and runs only the torch group.
-bench-torch: flavours bench-venv ## torch DataLoader benchmarks only (~15 min; installs torch, ~5 GB per venv)
+bench-torch: flavours bench-venv ## torch DataLoader benchmarks only (~16 min; first installs torch, ~5 GB per venv, 3-4 min)
 	$(DIST_ENV) BENCH_TORCH=1 $(VENV)/bin/python bench/run.py --mode full --groups TORCH $(BENCH_ARGS)
 
 # The container image (Dockerfile; image/build.sh does the work, README "Container image").
