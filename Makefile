@@ -122,7 +122,7 @@ tsan: ft-brc-tsan venv ## test_free_threading (incl. test_brc) under TSan on ft-
 tsan-stock: ft-tsan venv ## the same on stock ft-tsan (the evidence a suppression needs)
 	$(DIST_ENV) $(CHECKS) tsan --flavour ft-tsan $(TESTS)
 
-asan: ft-brc-asan venv ## test_free_threading + 60-s stress run under ASan on ft-brc-asan: zero reports
+asan: ft-brc-asan venv ## ASan on ft-brc-asan: self-check, optimistic reads, test_free_threading, 60-s stress (~2 min): zero reports
 	$(DIST_ENV) $(CHECKS) asan --flavour ft-brc-asan --stress-seconds $(ASAN_STRESS_SECONDS) $(TESTS)
 
 asan-stock: ft-asan venv ## the same on stock ft-asan (the evidence for the ASan exclusions)
