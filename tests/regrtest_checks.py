@@ -167,6 +167,15 @@ def tail(path, n=60):
     return "\n".join(lines[-n:])
 
 
+def symbolized_frame(reports, frame_pattern):
+    """The first stack frame line, in sanitizer reports [(kind, frames,
+    text)], that matches `#N <frame_pattern>`, or None: how the self-checks
+    tell a symbolized report from one of bare addresses."""
+    named = re.compile(rf"(?m)^\s+#\d+ {frame_pattern}.*$")
+    return next((m.group(0).strip() for *_, text in reports
+                 for m in [named.search(text)] if m), None)
+
+
 def results_dir(name):
     d = Path(os.environ.get("BRC_MERGE_RESULTS") or ROOT / "tests" / "results") / name
     d.mkdir(parents=True, exist_ok=True)
@@ -254,9 +263,7 @@ def cmd_tsan(args):
             f"(exit {p.returncode}); is it built with --with-thread-sanitizer? "
             f"Its output and TSan log ({probe}):\n" + p.stderr[-2000:] + logs)
         return 1
-    named = re.compile(rf"(?m)^\s+#\d+ {RACE_FUNCTION}\b.*$")
-    frame = next((m.group(0).strip() for *_, text in probe_reports
-                  for m in [named.search(text)] if m), None)
+    frame = symbolized_frame(probe_reports, rf"{RACE_FUNCTION}\b")
     if not frame:
         log(f"error: the self-check's known race was reported, but no frame names "
             f"{RACE_FUNCTION}: reports are not symbolized (symbolizer "
@@ -408,9 +415,7 @@ def cmd_asan(args):
                 + (" and -DMI_TRACK_ASAN=1 (mimalloc blocks)" if kind == "use-after-poison" else "")
                 + f"? Its output and ASan log ({d}):\n" + p.stderr[-2000:] + logs)
             return 1
-        named = re.compile(rf"(?m)^\s+#\d+ 0x[0-9a-f]+ in {function}\b.*$")
-        frame = next((m.group(0).strip() for *_, text in found
-                      for m in [named.search(text)] if m), None)
+        frame = symbolized_frame(found, rf"0x[0-9a-f]+ in {function}\b")
         if not frame:
             log(f"error: the self-check's known {kind} was reported, but no frame names "
                 f"{function}: reports are not symbolized (symbolizer "
