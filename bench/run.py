@@ -30,6 +30,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -308,9 +309,11 @@ class Bench:
         self.info["knob_check"] = seen
         log("threshold in force: %s" % seen)
 
-    # -- callgrind --------------------------------------------------------
+    # -- valgrind ---------------------------------------------------------
 
-    def run_callgrind(self):
+    def valgrind(self, group):
+        """Path of valgrind, installed with apt-get if missing and we are
+        root; None (and the group marked skipped) if there is none."""
         valgrind = shutil.which("valgrind")
         if not valgrind and os.geteuid() == 0 and shutil.which("apt-get"):
             log("installing valgrind")
@@ -318,7 +321,54 @@ class Bench:
                            capture_output=True)
             valgrind = shutil.which("valgrind")
         if not valgrind:
-            self.skipped["CG"] = "valgrind not installed (apt-get install valgrind)"
+            self.skipped[group] = ("valgrind not installed (apt-get install "
+                                   "valgrind)")
+        return valgrind
+
+    @staticmethod
+    def two_at_a_time(jobs, cwd=None):
+        """Run jobs (key, cmd, env), two at a time (instruction counts do
+        not depend on load); yield (key, returncode, stdout, stderr,
+        seconds) as each finishes.  Output goes to temporary files, so a
+        chatty job cannot block on a full pipe.  Jobs still running when
+        the caller stops (an error) are killed."""
+        jobs = list(jobs)
+        running = []
+        try:
+            while jobs or running:
+                while jobs and len(running) < 2:
+                    key, cmd, env = jobs.pop(0)
+                    out = tempfile.TemporaryFile("w+")
+                    err = tempfile.TemporaryFile("w+")
+                    p = subprocess.Popen(cmd, env=env, stdout=out,
+                                         stderr=err, cwd=cwd)
+                    running.append((key, p, out, err, time.monotonic()))
+                done = [j for j in running if j[1].poll() is not None]
+                if not done:
+                    time.sleep(0.05)
+                    continue
+                for job in done:
+                    running.remove(job)
+                    key, p, out, err, t = job
+                    texts = []
+                    for f in (out, err):
+                        f.seek(0)
+                        texts.append(f.read())
+                        f.close()
+                    yield key, p.returncode, texts[0], texts[1], \
+                        time.monotonic() - t
+        finally:
+            for _, p, out, err, _ in running:
+                p.kill()
+                p.wait()
+                out.close()
+                err.close()
+
+    # -- callgrind --------------------------------------------------------
+
+    def run_callgrind(self):
+        valgrind = self.valgrind("CG")
+        if not valgrind:
             return
         configs = self.available(T1_CONFIGS)
         n = self.cfg["callgrind_n"]
@@ -330,22 +380,12 @@ class Bench:
                        "--callgrind-out-file=/dev/null", "--fair-sched=yes",
                        str(py), str(BENCH / "bm_t1_handoff.py"), "--fixed",
                        str(size)]
-                jobs.append((config, size, cmd))
+                jobs.append(((config, size), cmd, self.env_for(config, 0)))
         counts = {}
         stats = {}
-        # instruction counts do not depend on load: two at a time
-        running = []
-        while jobs or running:
-            while jobs and len(running) < 2:
-                config, size, cmd = jobs.pop(0)
-                p = subprocess.Popen(cmd, env=self.env_for(config, 0),
-                                     stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)
-                running.append((config, size, p))
-            config, size, p = running.pop(0)
-            out, err = p.communicate()
+        for (config, size), rc, out, err, _ in self.two_at_a_time(jobs):
             m = re.search(r"Collected\s*:\s*(\d+)", err)
-            if p.returncode != 0 or not m:
+            if rc != 0 or not m:
                 raise SystemExit("callgrind failed for %s:\n%s"
                                  % (config, err[-2000:]))
             counts.setdefault(config, {}).setdefault(size, []).append(
