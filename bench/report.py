@@ -28,6 +28,7 @@ GOAL_M1 = 1.05      # ft-brc RSS <= 1.05 x gil
 GOAL_M2 = 1e-3      # ft-brc p99 free latency <= 1 ms
 GOAL_T1 = 1.02      # ft-brc default CPU time <= 1.02 x threshold 0
 GOAL_TORCH = 1.05   # ft-brc steady job memory <= 1.05 x gil
+GOAL_T2I = 1.005    # single-threaded instructions ft-brc (and t=0) <= x ft
 TORCH_SHAPES = ["current", "cam4", "cam8", "cam4-stack"]
 TORCH_REPROS = ["repro", "repro-stack"]
 TORCH_REPRO_CONFIGS = ["gil", "ft", "ft-brc", "ft-brc-t0"]
@@ -43,7 +44,7 @@ def label(config):
 def load_suites(results):
     suites = {}
     for f in sorted(results.glob("*.json")):
-        if f.name in ("info.json", "callgrind.json"):
+        if f.name == "info.json" or f.name.startswith("callgrind"):
             continue
         try:
             suites[f.stem] = pyperf.BenchmarkSuite.load(str(f))
@@ -318,6 +319,133 @@ def plot_throughput(suites, out):
                       "min-max over rounds)", fontsize=7)
     _save(plt, fig, out)
     return True
+
+
+# --------------------------------------------------------------------------
+# T2 in instructions (T2I)
+
+def t2i_per_loop(d, config, name):
+    """Instructions per loop, one value per run (layout x repeat), in the
+    order of d["runs"][name]."""
+    c = d["counts"].get(config, {}).get(name)
+    if not c:
+        return []
+    l0, l1 = d["loops"]
+    return [(b - a) / (l1 - l0) for a, b in zip(c[str(l0)], c[str(l1)])
+            if a is not None and b is not None]
+
+
+def t2i_startup(d, config, name):
+    """Instructions of the loops[0] run minus its loops (startup, imports,
+    pyperf's metadata), of the run with the fewest instructions per loop."""
+    per = t2i_per_loop(d, config, name)
+    i = per.index(min(per))
+    return d["counts"][config][name][str(d["loops"][0])][i] - \
+        d["loops"][0] * per[i]
+
+
+def fmt_instr(n):
+    return "%.2f M" % (n / 1e6) if n < 1e9 else "%.3f G" % (n / 1e9)
+
+
+def fmt_spread(values):
+    if len(values) < 2:
+        return "n/a"
+    return "%.3f%%" % (100 * (max(values) - min(values)) / min(values))
+
+
+def t2i_section(results, info, goals):
+    md = []
+    w = md.append
+    f = results / "callgrind_t2.json"
+    skipped = info.get("skipped", {})
+    if not f.exists():
+        if "T2I" in skipped:
+            w("T2 in instructions (T2I): skipped (%s)." % skipped["T2I"])
+            w("")
+        elif info.get("mode") == "fast":
+            w("T2 in instructions (T2I): full `make bench` only.")
+            w("")
+        return md
+    d = json.loads(f.read_text())
+    configs = [c for c in ("ft", "ft-brc", "ft-brc-t0") if c in d["counts"]]
+    others = [c for c in configs if c != "ft"]
+    runs = d.get("runs") or {}
+    nruns = sum(1 for c in d["counts"].values() for b in c.values()
+                for v in b.values() for x in v if x is not None)
+    w("### T2 in instructions (T2I)")
+    w("")
+    w("Wall time of single-threaded code is too noisy here for a 0.5 %% "
+      "gate, so T2I counts instructions: %s; `%s`%s; %s. %s. The counts "
+      "depend on the memory layout (in richards two hot names can collide "
+      "in the type attribute cache, +1.6-2.2 %% per loop, in ft as in "
+      "ft-brc, in some layouts), so each benchmark runs in %d layouts (a "
+      "longer environment, more objects on the heap) x %d repeat(s), and "
+      "in more, up to %d, while a configuration's ratio to ft is outside "
+      "[%.4f, %.4f]. *Gated*: smallest instructions per loop of a "
+      "configuration / ft's smallest; *per layout*: the ratios of runs in "
+      "the same layout, min-max; spread: (max - min) / min over one "
+      "configuration's runs; startup: the loops=%d run minus its loops "
+      "(interpreter start, imports, pyperf's metadata; it also depends "
+      "on what else the flavour's bench venv has installed, e.g. the .pth "
+      "file of setuptools that the TORCH group brings), not gated. %d "
+      "cachegrind runs took %.0f s (two at a time)."
+      % (d["tool"], d["command"].replace("{loops}", "L"),
+         "".join("; %s: `%s`" % (k, " ".join(v))
+                 for k, v in d.get("args", {}).items()),
+         d["env"], d["workload"], d.get("layouts", 0), d.get("reps", 1),
+         d.get("max_layouts", 0), 1 / GOAL_T2I, GOAL_T2I, d["loops"][0],
+         nruns, d.get("wall_s", float("nan"))))
+    w("")
+    w("| benchmark | layouts | ft: instructions per loop | %s | spread "
+      "over runs: %s | startup: ft; %s |"
+      % (" | ".join("%s / ft: gated; per layout" % label(c)
+                    for c in others),
+         "; ".join(configs), "; ".join("%s / ft" % c for c in others)))
+    w("|---|---|---|%s---|---|" % ("---|" * len(others)))
+    worst = {c: [] for c in others}
+    for name in d["benchmarks"]:
+        ref = t2i_per_loop(d, "ft", name)
+        if not ref:
+            continue
+        cells = ["%d" % len({r["layout"] for r in runs.get(name, [])}),
+                 fmt_instr(min(ref))]
+        for c in others:
+            v = t2i_per_loop(d, c, name)
+            if not v:
+                cells.append("n/a")
+                worst[c].append((float("inf"), name))
+                continue
+            r = min(v) / min(ref)
+            pairs = [a / b for a, b in zip(v, ref)]
+            worst[c].append((r, name))
+            cells.append("%s%.4f%s; %.4f-%.4f" % (
+                "**" if r > GOAL_T2I else "", r,
+                "**" if r > GOAL_T2I else "", min(pairs), max(pairs)))
+        cells.append("; ".join(fmt_spread(t2i_per_loop(d, c, name))
+                               for c in configs))
+        st = t2i_startup(d, "ft", name)
+        cells.append("; ".join([fmt_instr(st)] + [
+            "%.4f" % (t2i_startup(d, c, name) / st)
+            if t2i_per_loop(d, c, name) else "n/a" for c in others]))
+        w("| %s | %s |" % (name, " | ".join(cells)))
+    w("")
+    for c, what in (("ft-brc", "ft-brc (default threshold)"),
+                    ("ft-brc-t0", "threshold 0 (ft-brc-t0)")):
+        rs = worst.get(c)
+        if not rs:
+            continue
+        top, top_name = max(rs)
+        finite = [r for r, _ in rs if r != float("inf")]
+        gmean = (statistics.geometric_mean(finite) if finite
+                 else float("nan"))
+        goals.append(("T2 instructions %s / ft <= %.3f per loop, in every "
+                      "one of %d pyperformance benchmarks (smallest count "
+                      "over the runs)" % (what, GOAL_T2I, len(rs)),
+                      "max %.4f (%s), geometric mean %.4f"
+                      % (top, top_name, gmean),
+                      top <= GOAL_T2I))
+    return md
 
 
 # --------------------------------------------------------------------------
@@ -629,6 +757,8 @@ def write_report(results):
             "%s %ss" % kv for kv in info["group_seconds"].items()))
     if info.get("warning"):
         w("| WARNING | %s |" % info["warning"])
+    if info.get("note"):
+        w("| note | %s |" % info["note"])
     w("")
     w("Ratios are per-round ratios of medians (every round runs all "
       "configurations back to back, in rotated order), given as median "
@@ -909,9 +1039,12 @@ def write_report(results):
                                capture_output=True, text=True)
             w("```\n%s\n```" % (p.stdout + p.stderr).rstrip())
             w("")
-    if not rows and not pp_suites:
+    t2i = t2i_section(results, info, goals)
+    if not rows and not pp_suites and not (results /
+                                           "callgrind_t2.json").exists():
         w("*not run*")
         w("")
+    md.extend(t2i)
     if plot_throughput(suites, results / "throughput.png"):
         w("![throughput ratios](throughput.png)")
         w("")

@@ -17,8 +17,12 @@ Ratios are computed per round and summarised as median [min-max].
     bench/run.py --report-only DIR        # redo tables, plots, report.md
 
 Groups: M1 (memory), M2 (free latency), T1 (hand-off cost), T2 (single
-thread), CG (callgrind, full only), PP (pyperformance, full only),
-TORCH (full only, opt-in with BENCH_TORCH=1).
+thread), CG (callgrind of a tiny T1 workload, full only), T2I (T2 in
+instructions: cachegrind on single-threaded pyperformance benchmarks, the
+gate ft-brc and threshold 0 <= 1.005 x ft; full only, about 4.5 minutes),
+PP (pyperformance, full only), TORCH (full only, opt-in with BENCH_TORCH=1).
+T2I counts instructions of single-threaded code, which do not depend on the
+machine's load: a run of T2I alone does not wait for a running build.
 """
 
 import argparse
@@ -79,6 +83,11 @@ CONFIGS = {
 FLAVOUR_CONFIGS = ["gil", "ft", "ft-brc"]
 T1_CONFIGS = ["ft-brc-t0", "ft-brc", "ft-brc-t2", "ft-brc-t10",
               "ft-brc-t100", "ft"]
+T2I_CONFIGS = ["ft", "ft-brc", "ft-brc-t0"]
+GROUPS = ["M1", "M2", "T1", "T2", "CG", "T2I", "PP", "TORCH"]
+# Groups whose results are instruction counts of single-threaded code: they
+# do not depend on the load, so a run of only these does not wait for builds.
+LOAD_FREE_GROUPS = {"T2I"}
 
 
 
@@ -97,6 +106,7 @@ def use_line(line):
             CONFIGS[name] = (f"{line}-{flavour}", extra)
     FLAVOUR_CONFIGS[:] = [c for c in FLAVOUR_CONFIGS if c in CONFIGS]
     T1_CONFIGS[:] = [c for c in T1_CONFIGS if c in CONFIGS]
+    T2I_CONFIGS[:] = [c for c in T2I_CONFIGS if c in CONFIGS]
 
 
 # Per-mode settings.  fast: <= 3 minutes on 2 cores with warm venvs.
@@ -110,7 +120,7 @@ MODES = {
                         "T2": ["-p", "1", "-n", "3", "-w", "1"]},
     },
     "full": {
-        "groups": ["M1", "M2", "T1", "T2", "CG", "PP", "TORCH"],
+        "groups": ["M1", "M2", "T1", "T2", "CG", "T2I", "PP", "TORCH"],
         "rounds": {"M1": 6, "M2": 4, "T1": 5, "T2": 3, "TORCH": 3},
         "m1_args": ["--steps", "20"],
         "m2_args": ["--samples", "60"],
@@ -120,6 +130,19 @@ MODES = {
         "callgrind_reps": 2,
         "pyperformance": ["nbody", "richards", "float", "deltablue",
                           "generators", "json_dumps"],
+        # T2I: the same pyperformance benchmarks but json_dumps (its
+        # instructions per loop vary by up to 1.2 % between runs: json's
+        # circular-reference check keys a dict by id(), and mimalloc
+        # randomises its addresses), with extra arguments for less work
+        # per loop; each run as one pyperf worker process under cachegrind
+        # with each number of `loops`, in `layouts` memory layouts
+        # (_t2i_worker.py), `reps` times; up to `max_layouts` layouts for a
+        # benchmark whose ratio to ft is outside [1/1.005, 1.005].
+        "t2i": {"benchmarks": ["nbody", "richards", "float", "deltablue",
+                               "generators"],
+                "args": {"nbody": ["--iterations", "5000"]},
+                "loops": [1, 2], "layouts": 2, "max_layouts": 5,
+                "reps": 1},
     },
 }
 GROUP_SCRIPT = {"M1": "bm_m1_memory.py", "M2": "bm_m2_latency.py",
@@ -309,7 +332,7 @@ class Bench:
         self.info["knob_check"] = seen
         log("threshold in force: %s" % seen)
 
-    # -- valgrind ---------------------------------------------------------
+    # -- valgrind (CG, T2I) -----------------------------------------------
 
     def valgrind(self, group):
         """Path of valgrind, installed with apt-get if missing and we are
@@ -403,6 +426,165 @@ class Bench:
                   "(startup)", "counts": counts, "brc_stats": stats}
         (self.results / "callgrind.json").write_text(json.dumps(result,
                                                                 indent=1))
+
+    # -- T2 in instructions -----------------------------------------------
+
+    def run_t2i(self):
+        """T2I: instructions per loop of single-threaded pyperformance
+        benchmarks, counted by cachegrind (--cache-sim=no: it only counts
+        instructions; 1.7x faster than callgrind).
+
+        Each benchmark script runs as one pyperf worker process (no
+        calibration, no child processes) through _t2i_worker.py, which
+        disables the cyclic GC (the free-threaded GC decides from the
+        process's RSS when to collect, which is not reproducible), with
+        PYTHONHASHSEED=0, once with loops[0] and once with loops[1] loops;
+        the difference divided by the difference in loops cancels startup,
+        imports, the first loop's specialisation and pyperf's metadata.
+
+        Beyond that the counts depend on the memory layout: e.g. richards
+        runs 1.6-2.2 % more instructions per loop in some processes whose
+        environment is a few bytes longer or shorter, in ft as in ft-brc
+        (two hot names collide in the type attribute cache, whose index
+        mixes the name's address).  So every measurement runs in `layouts`
+        layouts (BENCH_T2I_LAYOUT=i:<24*i bytes>: a longer environment and
+        i more objects of each small size on the heap), `reps` times each;
+        the report compares the smallest per-loop count of each
+        configuration.  While that ratio to ft is outside [1/1.005, 1.005]
+        for a benchmark, it runs in one more layout, up to `max_layouts`
+        (so a failure of the gate is confirmed in several layouts).  The
+        runs get a fixed environment, not the caller's, and run in bench/,
+        so that a layout is the same from one invocation to the next.
+        -> callgrind_t2.json
+        """
+        settings = dict(MODES["full"]["t2i"])
+        settings.update(self.cfg.get("t2i") or {})
+        valgrind = self.valgrind("T2I")
+        if not valgrind:
+            return
+        try:
+            import pyperformance
+        except ImportError:
+            self.skipped["T2I"] = ("pyperformance is not installed in the "
+                                   "host venv (bench/requirements.txt)")
+            return
+        bmdir = Path(pyperformance.__file__).parent / "data-files" / \
+            "benchmarks"
+        configs = self.available(T2I_CONFIGS)
+        if "ft" not in configs or len(configs) < 2:
+            self.skipped["T2I"] = "needs ft and ft-brc built"
+            return
+        names = []
+        for name in settings["benchmarks"]:
+            if (bmdir / ("bm_" + name) / "run_benchmark.py").exists():
+                names.append(name)
+            else:
+                self.skipped["T2I/" + name] = ("no %s/bm_%s/run_benchmark.py"
+                                               % (bmdir, name))
+        loops, reps = settings["loops"], settings["reps"]
+        version = subprocess.run([valgrind, "--version"], capture_output=True,
+                                 text=True).stdout.strip()
+        tool = [valgrind, "--tool=cachegrind", "--cache-sim=no",
+                "--cachegrind-out-file=/dev/null"]
+        worker = ["--worker", "--loops", "{loops}", "--values", "1",
+                  "--warmups", "0"]
+        runs = {name: [] for name in names}     # name -> [{layout, rep}]
+        counts = {c: {name: {str(n): [] for n in loops} for name in names}
+                  for c in configs}
+        result = {
+            "workload": "pyperformance bm_<name>/run_benchmark.py as one "
+                        "pyperf worker process, cyclic GC disabled "
+                        "(bench/_t2i_worker.py); instructions per loop = "
+                        "(I(loops=%d) - I(loops=%d)) / %d, per run"
+                        % (loops[1], loops[0], loops[1] - loops[0]),
+            "tool": "%s (%s)" % (" ".join(["valgrind"] + tool[1:]), version),
+            "command": "python _t2i_worker.py run_benchmark.py "
+                       + " ".join(worker),
+            "args": {k: v for k, v in settings["args"].items()
+                     if k in names},
+            "env": "only HOME, LANG=C.UTF-8, PYTHONDONTWRITEBYTECODE=1, "
+                   "PYTHONHASHSEED=0, BENCH_T2I_LAYOUT=i:<24*i x's> and the "
+                   "configuration's threshold; cwd bench/",
+            "pyperformance": getattr(pyperformance, "__version__", "?"),
+            "loops": loops, "layouts": settings["layouts"],
+            "max_layouts": settings["max_layouts"], "reps": reps,
+            "benchmarks": names, "configs": configs, "runs": runs,
+            "counts": counts,
+        }
+        seconds = {}
+        t0 = time.monotonic()
+        todo = {name: list(range(settings["layouts"])) for name in names}
+        while todo:
+            jobs = []
+            for name, layouts in todo.items():
+                for r in range(reps):
+                    for layout in layouts:
+                        i = len(runs[name])
+                        runs[name].append({"layout": layout, "rep": r})
+                        for config in configs:
+                            for n in loops:
+                                counts[config][name][str(n)].append(None)
+                            flavour, extra = CONFIGS[config]
+                            # A fixed environment (the layout depends on
+                            # its size), not the caller's.
+                            env = {"HOME": os.environ.get("HOME", "/"),
+                                   "LANG": "C.UTF-8",
+                                   "PYTHONDONTWRITEBYTECODE": "1",
+                                   "PYTHONHASHSEED": "0",
+                                   "BENCH_T2I_LAYOUT": "%d:%s" % (
+                                       layout, "x" * (24 * layout))}
+                            env.update(extra)
+                            for n in loops:
+                                cmd = tool + [
+                                    str(self.pythons[flavour]),
+                                    str(BENCH / "_t2i_worker.py"),
+                                    str(bmdir / ("bm_" + name) /
+                                        "run_benchmark.py")]
+                                cmd += [a.format(loops=n) for a in worker]
+                                cmd += settings["args"].get(name, [])
+                                jobs.append(((config, name, n, i), cmd,
+                                             env))
+            log("T2I   %d cachegrind runs: %s x %s x loops %s x %d, "
+                "two at a time" % (
+                    len(jobs), ",".join(configs), "; ".join(
+                        "%s layout %s" % (name, ",".join(map(str, ls)))
+                        for name, ls in todo.items()),
+                    "/".join(map(str, loops)), reps))
+            for (config, name, n, i), rc, out, err, sec in \
+                    self.two_at_a_time(jobs, cwd=BENCH):
+                m = re.search(r"I\s+refs:\s*([\d,]+)", err)
+                if rc != 0 or not m:
+                    raise SystemExit("T2I: cachegrind failed for %s %s:\n%s%s"
+                                     % (config, name, out[-1000:],
+                                        err[-2000:]))
+                count = int(m.group(1).replace(",", ""))
+                counts[config][name][str(n)][i] = count
+                seconds.setdefault(config, {}).setdefault(name, 0.0)
+                seconds[config][name] += sec
+                log("T2I   %-10s %-11s loops=%d layout=%d rep=%d %14d "
+                    "instructions %5.1fs" % (
+                        config, name, n, runs[name][i]["layout"],
+                        runs[name][i]["rep"], count, sec))
+            # Another layout for a benchmark whose gated ratio (smallest
+            # counts) is outside [1/goal, goal] in some configuration:
+            # confirm that it is not one unlucky layout.
+            todo = {}
+            for name in names:
+                ref = min(report.t2i_per_loop(result, "ft", name))
+                out = [c for c in configs if c != "ft" and not (
+                    1 / report.GOAL_T2I <= min(report.t2i_per_loop(
+                        result, c, name)) / ref <= report.GOAL_T2I)]
+                done = len({x["layout"] for x in runs[name]})
+                if out and done < settings["max_layouts"]:
+                    todo[name] = [done]
+                    log("T2I   %s: %s outside [%.4f, %.4f] x ft: one more "
+                        "layout" % (name, ", ".join(out),
+                                    1 / report.GOAL_T2I, report.GOAL_T2I))
+        result["seconds"] = {c: {k: round(v, 1) for k, v in d.items()}
+                             for c, d in seconds.items()}
+        result["wall_s"] = round(time.monotonic() - t0, 1)
+        (self.results / "callgrind_t2.json").write_text(
+            json.dumps(result, indent=1))
 
     # -- pyperformance ----------------------------------------------------
 
@@ -549,6 +731,7 @@ class Bench:
                 self.timings[group] = (self.timings.get(group, 0)
                                        + time.monotonic() - t)
         for group, fn in (("CG", self.run_callgrind),
+                          ("T2I", self.run_t2i),
                           ("PP", self.run_pyperformance),
                           ("TORCH", self.run_torch)):
             if group in self.groups:
@@ -622,7 +805,7 @@ def main():
                     help="results dir (default: bench/results/fast for "
                          "fast, bench/results/<timestamp> for full)")
     ap.add_argument("--groups", help="comma-separated subset of "
-                    "M1,M2,T1,T2,CG,PP,TORCH")
+                    + ",".join(GROUPS))
     ap.add_argument("--rounds", type=int, help="override rounds per group")
     ap.add_argument("--max-build-wait", type=int, default=3600,
                     help="seconds to wait for a running build (default 3600)")
@@ -644,7 +827,7 @@ def main():
     use_line(args.line)
     cfg = MODES[args.mode]
     groups = args.groups.split(",") if args.groups else cfg["groups"]
-    unknown = set(groups) - {"M1", "M2", "T1", "T2", "CG", "PP", "TORCH"}
+    unknown = set(groups) - set(GROUPS)
     if unknown:
         ap.error("unknown groups: %s" % ", ".join(sorted(unknown)))
     if args.results:
@@ -657,12 +840,18 @@ def main():
         shutil.rmtree(results)
     results.mkdir(parents=True)
 
-    if not args.ignore_builds:
+    load_free = set(groups) <= LOAD_FREE_GROUPS
+    if not args.ignore_builds and not load_free:
         wait_for_builds(args.max_build_wait)
     t0 = time.monotonic()
     b = Bench(args.mode, results, groups, args.rounds)
     b.info["line"] = args.line
-    if args.ignore_builds and running_builds():
+    if load_free and running_builds():
+        b.info["note"] = ("a build was running: not waited for, as %s only "
+                          "count instructions (only the time taken is "
+                          "longer)" % ",".join(groups))
+        log(b.info["note"])
+    elif args.ignore_builds and running_builds():
         b.info["warning"] = ("run with --ignore-builds while a build was "
                              "running: timings are meaningless")
     b.info["machine"] = machine_info()
@@ -674,7 +863,7 @@ def main():
         b.info["skipped"] = b.skipped
         b.info["settings"] = {k: v for k, v in b.cfg.items()}
         (results / "info.json").write_text(json.dumps(b.info, indent=1))
-    if running_builds() and "warning" not in b.info:
+    if running_builds() and "warning" not in b.info and not load_free:
         log("WARNING: a build started while benchmarking; timings are suspect")
         b.info["warning"] = "a build was running at the end of the benchmark"
         (results / "info.json").write_text(json.dumps(b.info, indent=1))
