@@ -149,7 +149,7 @@ bench-venv: venv
 		touch $(VENV)/.bench-requirements-stamp; \
 	fi
 
-bench: flavours bench-venv ## full benchmarks (~11 min) -> bench/results/<timestamp>/report.md
+bench: flavours bench-venv ## full benchmarks (~15 min, incl. ~4.5 min of T2I instruction counts) -> bench/results/<timestamp>/report.md
 	$(DIST_ENV) $(VENV)/bin/python bench/run.py --mode full $(BENCH_ARGS)
 
 # The same for CPython main (main-ft, main-ft-brc; no GIL build, so no gil
