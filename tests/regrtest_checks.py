@@ -340,29 +340,24 @@ def report_summary(reports):
 # has no frame), which proves the reports are symbolized.  The first is freed by
 # libc's free() (ASan's own allocator: any ASan build reports it); the second
 # by PyMem_Free(), i.e. mimalloc, which ASan sees only through MI_TRACK_ASAN.
+USE_AFTER_FREE = """
+import ctypes
+lib = {lib}
+lib.{malloc}.restype = ctypes.c_void_p
+lib.{malloc}.argtypes = [ctypes.c_size_t]
+lib.{free}.argtypes = [ctypes.c_void_p]
+p = lib.{malloc}(64)
+ctypes.memset(p, 0x5a, 64)
+lib.{free}(p)
+ctypes.string_at(p, 16)
+"""
 ASAN_SELF_CHECKS = [
-    ("heap-use-after-free", "PyBytes_FromStringAndSize", """
-import ctypes
-libc = ctypes.CDLL(None)
-libc.malloc.restype = ctypes.c_void_p
-libc.malloc.argtypes = [ctypes.c_size_t]
-libc.free.argtypes = [ctypes.c_void_p]
-p = libc.malloc(64)
-ctypes.memset(p, 0x5a, 64)
-libc.free(p)
-ctypes.string_at(p, 16)
-"""),
-    ("use-after-poison", "PyBytes_FromStringAndSize", """
-import ctypes
-api = ctypes.pythonapi
-api.PyMem_Malloc.restype = ctypes.c_void_p
-api.PyMem_Malloc.argtypes = [ctypes.c_size_t]
-api.PyMem_Free.argtypes = [ctypes.c_void_p]
-p = api.PyMem_Malloc(64)
-ctypes.memset(p, 0x5a, 64)
-api.PyMem_Free(p)
-ctypes.string_at(p, 16)
-"""),
+    ("heap-use-after-free", "PyBytes_FromStringAndSize",
+     USE_AFTER_FREE.format(lib="ctypes.CDLL(None)", malloc="malloc",
+                           free="free")),
+    ("use-after-poison", "PyBytes_FromStringAndSize",
+     USE_AFTER_FREE.format(lib="ctypes.pythonapi", malloc="PyMem_Malloc",
+                           free="PyMem_Free")),
 ]
 
 
