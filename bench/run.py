@@ -514,6 +514,22 @@ class Bench:
         seconds = {}
         t0 = time.monotonic()
         todo = {name: list(range(settings["layouts"])) for name in names}
+        def job(config, name, layout, n):
+            """(command, environment) of one cachegrind run."""
+            flavour, extra = CONFIGS[config]
+            # A fixed environment (the layout depends on its size), not
+            # the caller's.
+            env = {"HOME": os.environ.get("HOME", "/"), "LANG": "C.UTF-8",
+                   "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0",
+                   "BENCH_T2I_LAYOUT": "%d:%s" % (layout, "x" * (24 * layout))}
+            env.update(extra)
+            cmd = tool + [str(self.pythons[flavour]),
+                          str(BENCH / "_t2i_worker.py"),
+                          str(bmdir / ("bm_" + name) / "run_benchmark.py")]
+            cmd += [a.format(loops=n) for a in worker]
+            cmd += settings["args"].get(name, [])
+            return cmd, env
+
         while todo:
             jobs = []
             for name, layouts in todo.items():
@@ -524,26 +540,8 @@ class Bench:
                         for config in configs:
                             for n in loops:
                                 counts[config][name][str(n)].append(None)
-                            flavour, extra = CONFIGS[config]
-                            # A fixed environment (the layout depends on
-                            # its size), not the caller's.
-                            env = {"HOME": os.environ.get("HOME", "/"),
-                                   "LANG": "C.UTF-8",
-                                   "PYTHONDONTWRITEBYTECODE": "1",
-                                   "PYTHONHASHSEED": "0",
-                                   "BENCH_T2I_LAYOUT": "%d:%s" % (
-                                       layout, "x" * (24 * layout))}
-                            env.update(extra)
-                            for n in loops:
-                                cmd = tool + [
-                                    str(self.pythons[flavour]),
-                                    str(BENCH / "_t2i_worker.py"),
-                                    str(bmdir / ("bm_" + name) /
-                                        "run_benchmark.py")]
-                                cmd += [a.format(loops=n) for a in worker]
-                                cmd += settings["args"].get(name, [])
-                                jobs.append(((config, name, n, i), cmd,
-                                             env))
+                                jobs.append(((config, name, n, i),
+                                             *job(config, name, layout, n)))
             log("T2I   %d cachegrind runs: %s x %s x loops %s x %d, "
                 "two at a time" % (
                     len(jobs), ",".join(configs), "; ".join(
