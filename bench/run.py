@@ -44,6 +44,7 @@ sys.path.insert(0, str(BENCH))
 import report  # noqa: E402
 
 KNOB = "PYTHON_BRC_MERGE_THRESHOLD"
+DELAY_KNOB = "PYTHON_BRC_MERGE_DELAY"
 FLAVOURS = ("gil", "ft", "ft-brc")
 VENVS = BENCH / ".venvs"
 FLAVOUR_REQUIREMENTS = BENCH / "requirements-flavour.txt"
@@ -74,14 +75,16 @@ TORCH_PLAN = [
 CONFIGS = {
     "gil": ("gil", {}),
     "ft": ("ft", {}),
-    "ft-brc": ("ft-brc", {}),                 # default threshold (1)
+    "ft-brc": ("ft-brc", {}),   # default threshold (1) and delay (500 us)
+    "ft-brc-d0": ("ft-brc", {DELAY_KNOB: "0"}),   # no grace period (0005)
     "ft-brc-t0": ("ft-brc", {KNOB: "0"}),
     "ft-brc-t2": ("ft-brc", {KNOB: "2"}),
     "ft-brc-t10": ("ft-brc", {KNOB: "10"}),
     "ft-brc-t100": ("ft-brc", {KNOB: "100"}),
 }
 FLAVOUR_CONFIGS = ["gil", "ft", "ft-brc"]
-T1_CONFIGS = ["ft-brc-t0", "ft-brc", "ft-brc-t2", "ft-brc-t10",
+M2_CONFIGS = FLAVOUR_CONFIGS + ["ft-brc-d0"]
+T1_CONFIGS = ["ft-brc-t0", "ft-brc", "ft-brc-d0", "ft-brc-t2", "ft-brc-t10",
               "ft-brc-t100", "ft"]
 T2I_CONFIGS = ["ft", "ft-brc", "ft-brc-t0"]
 GROUPS = ["M1", "M2", "T1", "T2", "CG", "T2I", "PP", "TORCH"]
@@ -105,6 +108,7 @@ def use_line(line):
         else:
             CONFIGS[name] = (f"{line}-{flavour}", extra)
     FLAVOUR_CONFIGS[:] = [c for c in FLAVOUR_CONFIGS if c in CONFIGS]
+    M2_CONFIGS[:] = [c for c in M2_CONFIGS if c in CONFIGS]
     T1_CONFIGS[:] = [c for c in T1_CONFIGS if c in CONFIGS]
     T2I_CONFIGS[:] = [c for c in T2I_CONFIGS if c in CONFIGS]
 
@@ -291,7 +295,8 @@ class Bench:
         else:
             cmd += ["--append", str(self.out(config)), "--loops", "1",
                     "--quiet", "--inherit-environ",
-                    ",".join([KNOB, "BENCH_FLAVOUR", "BENCH_ROUND"])]
+                    ",".join([KNOB, DELAY_KNOB, "BENCH_FLAVOUR",
+                              "BENCH_ROUND"])]
             cmd += self.cfg["pyperf_args"][group]
         t = time.monotonic()
         try:
@@ -316,21 +321,22 @@ class Bench:
                              % (script.name, config, proc.returncode))
 
     def check_knob(self):
-        """Ask each ft-brc configuration which threshold it really runs
-        with (_testinternalcapi probe from the patch series)."""
+        """Ask each ft-brc configuration which threshold and delay it
+        really runs with (_testinternalcapi probes from the patch series)."""
         seen = {}
         for config, (flavour, _) in CONFIGS.items():
             if not flavour.endswith("ft-brc") or flavour not in self.pythons:
                 continue
             code = ("import _testinternalcapi as t;"
-                    "print(t.get_brc_merge_threshold())")
+                    "print(t.get_brc_merge_threshold(),"
+                    " t.get_brc_merge_delay())")
             p = subprocess.run([str(self.pythons[flavour]), "-c", code],
                                env=self.env_for(config, 0),
                                capture_output=True, text=True)
             seen[config] = (p.stdout.strip() if p.returncode == 0
                             else "probe unavailable")
         self.info["knob_check"] = seen
-        log("threshold in force: %s" % seen)
+        log("threshold and delay (us) in force: %s" % seen)
 
     # -- valgrind (CG, T2I) -----------------------------------------------
 
@@ -709,7 +715,7 @@ class Bench:
                 log("skipping flavour %s: not built" % flavour)
         (self.results / "timelines").mkdir(parents=True, exist_ok=True)
         self.check_knob()
-        plan = [("M1", FLAVOUR_CONFIGS), ("M2", FLAVOUR_CONFIGS),
+        plan = [("M1", FLAVOUR_CONFIGS), ("M2", M2_CONFIGS),
                 ("T1", T1_CONFIGS), ("T2", FLAVOUR_CONFIGS)]
         # Interleave: round r of every group before round r+1 of any.
         timed = [(g, c) for g, c in plan if g in self.groups]
