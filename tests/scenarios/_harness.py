@@ -47,6 +47,13 @@ WAKE_TIMEOUT = 30.0
 # interruption before we believe it is parked (and not just passing through).
 SETTLE = 0.02
 POLL = 0.001
+# ft-brc's grace period (PYTHON_BRC_MERGE_DELAY, 0.5 ms by default) lets an
+# object dropped for the blocked owner stay queued that long before the
+# dropping thread merges it: one dropped as the payloads went may still be
+# queued when they are all freed.  measure() gives the queues this long to
+# drain, sleeping (time.sleep() wakes up to help when the period ends);
+# where nothing merges on behalf, they stay queued and it waits it out.
+QUEUE_SETTLE = 0.05
 
 
 def now():
@@ -263,6 +270,11 @@ def measure(tracker, owner_ident, owner_native_id, owner_awake, deadline,
     """
     tracker.all_freed.wait(max(0.0, dropped_at + deadline - now()))
     waited = now() - dropped_at
+    settle_start = now()
+    while ((brc_stats() or {}).get("queue_length")
+           and now() - settle_start < QUEUE_SETTLE):
+        time.sleep(POLL)
+    settled = now() - settle_start
     records = tracker.snapshot()
     rss_after_drop = rss()
     stats = brc_stats()
@@ -276,6 +288,7 @@ def measure(tracker, owner_ident, owner_native_id, owner_awake, deadline,
                                  - dropped_at, 6)
                            if freed_by_other else None),
         "measure_wait_s": round(waited, 4),
+        "queue_settle_s": round(settled, 4),
         "rss_after_drop": rss_after_drop,
         "owner_state_at_measure": state,
         "owner_blocked_at_measure": blocked,
