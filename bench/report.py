@@ -16,6 +16,7 @@ MiB = 1 << 20
 T1_ORDER = ["ft-brc-t0", "ft-brc", "ft-brc-d0", "ft-brc-t2", "ft-brc-t10",
             "ft-brc-t100", "ft"]
 FLAVOUR_ORDER = ["gil", "ft", "ft-brc"]
+M1_ORDER = FLAVOUR_ORDER + ["ft-brc-d0"]
 M2_ORDER = FLAVOUR_ORDER + ["ft-brc-d0"]
 LABEL = {"ft-brc": "ft-brc (default, =1)", "ft-brc-t0": "ft-brc t=0 (off)",
          "ft-brc-d0": "ft-brc delay 0",
@@ -201,7 +202,7 @@ def plot_memory(results, out):
     plt = _pyplot()
 
     runs = []
-    for config in FLAVOUR_ORDER:
+    for config in M1_ORDER:
         f = results / "timelines" / ("m1_%s.json" % config)
         if f.exists():
             runs.append((config, json.loads(f.read_text())))
@@ -791,7 +792,7 @@ def write_report(results):
     rows = []
     metrics = [("m1_peak_rss", "peak"), ("m1_steady_rss", "steady"),
                ("m1_rest_rss", "rest")]
-    for config in FLAVOUR_ORDER:
+    for config in M1_ORDER:
         if get_bench(suites, config, "m1_peak_rss") is None:
             continue
         cells = []
@@ -838,7 +839,14 @@ def write_report(results):
         if plot_memory(results, results / "m1_memory.png"):
             w("![M1 memory over time](m1_memory.png)")
             w("")
-        c = compare_to(results, "gil", ["ft", "ft-brc"],
+        # What the grace period costs: the same binary without it.
+        b = get_bench(suites, "ft-brc", "m1_steady_rss")
+        ref = get_bench(suites, "ft-brc-d0", "m1_steady_rss")
+        if b is not None and ref is not None:
+            w("Steady RSS, ft-brc (grace period) / ft-brc delay 0 (none): "
+              "%s per round." % fmt_ratio(round_ratios(b, ref)))
+            w("")
+        c = compare_to(results, "gil", ["ft", "ft-brc", "ft-brc-d0"],
                        [m for m, _ in metrics], suites)
         if c:
             w("```\n%s\n```" % c)

@@ -83,6 +83,9 @@ CONFIGS = {
     "ft-brc-t100": ("ft-brc", {KNOB: "100"}),
 }
 FLAVOUR_CONFIGS = ["gil", "ft", "ft-brc"]
+# M1 and M2 also run ft-brc without the grace period (patch 0005), side by
+# side: what the period costs in memory held and in free latency.
+M1_CONFIGS = FLAVOUR_CONFIGS + ["ft-brc-d0"]
 M2_CONFIGS = FLAVOUR_CONFIGS + ["ft-brc-d0"]
 T1_CONFIGS = ["ft-brc-t0", "ft-brc", "ft-brc-d0", "ft-brc-t2", "ft-brc-t10",
               "ft-brc-t100", "ft"]
@@ -108,6 +111,7 @@ def use_line(line):
         else:
             CONFIGS[name] = (f"{line}-{flavour}", extra)
     FLAVOUR_CONFIGS[:] = [c for c in FLAVOUR_CONFIGS if c in CONFIGS]
+    M1_CONFIGS[:] = [c for c in M1_CONFIGS if c in CONFIGS]
     M2_CONFIGS[:] = [c for c in M2_CONFIGS if c in CONFIGS]
     T1_CONFIGS[:] = [c for c in T1_CONFIGS if c in CONFIGS]
     T2I_CONFIGS[:] = [c for c in T2I_CONFIGS if c in CONFIGS]
@@ -715,7 +719,7 @@ class Bench:
                 log("skipping flavour %s: not built" % flavour)
         (self.results / "timelines").mkdir(parents=True, exist_ok=True)
         self.check_knob()
-        plan = [("M1", FLAVOUR_CONFIGS), ("M2", M2_CONFIGS),
+        plan = [("M1", M1_CONFIGS), ("M2", M2_CONFIGS),
                 ("T1", T1_CONFIGS), ("T2", FLAVOUR_CONFIGS)]
         # Interleave: round r of every group before round r+1 of any.
         timed = [(g, c) for g, c in plan if g in self.groups]
