@@ -121,16 +121,17 @@ def check_brc_stats(r, expect, below_threshold, no_wait, report):
         assert key in r, "%s missing on ft-brc\n%s" % (key, report)
     before, after = r["brc_stats_before"], r["brc_stats_after"]
     merged = sum(after[k] - before[k] for k in MERGED_FOR_BLOCKED)
-    if no_wait and expect == "frees":
-        # The owner may have merged them itself before it parked; then the
-        # payloads' buffers go with their wrappers, unqueued: all that was
-        # queued must be merged.
-        merged += after["merged_by_owner"] - before["merged_by_owner"]
-        enqueued = after["enqueued"] - before["enqueued"]
-        assert enqueued > 0 and merged >= enqueued, (
-            "%d objects queued, %d merged\n%s" % (enqueued, merged, report))
     if expect == "frees":
-        if not no_wait:
+        if no_wait:
+            # The owner may have merged them itself before it parked; then
+            # the payloads' buffers go with their wrappers, unqueued: all
+            # that was queued must be merged.
+            merged += after["merged_by_owner"] - before["merged_by_owner"]
+            enqueued = after["enqueued"] - before["enqueued"]
+            assert enqueued > 0 and merged >= enqueued, (
+                "%d objects queued, %d merged\n%s"
+                % (enqueued, merged, report))
+        else:
             assert merged >= r["total"], (
                 "%s moved by %d only, %d objects dropped\n%s"
                 % (" + ".join(MERGED_FOR_BLOCKED), merged, r["total"],
