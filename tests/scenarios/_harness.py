@@ -270,14 +270,19 @@ def measure(tracker, owner_ident, owner_native_id, owner_awake, deadline,
     """
     tracker.all_freed.wait(max(0.0, dropped_at + deadline - now()))
     waited = now() - dropped_at
+    # The counters are the ones the settling loop ended on. Read again
+    # after the snapshot and the RSS, they once counted 1 object queued
+    # although the loop had just seen none (queue_settle_s 0.0; all 4
+    # payloads freed): something dropped after the loop, not traced.
     settle_start = now()
-    while ((brc_stats() or {}).get("queue_length")
+    stats = brc_stats()
+    while ((stats or {}).get("queue_length")
            and now() - settle_start < QUEUE_SETTLE):
         time.sleep(POLL)
+        stats = brc_stats()
     settled = now() - settle_start
     records = tracker.snapshot()
     rss_after_drop = rss()
-    stats = brc_stats()
     state = thread_state(owner_native_id)
     blocked = state == "S" and not owner_awake()
     freed_by_other = [r for r in records if r[1] != owner_ident]
