@@ -1,13 +1,20 @@
 """T1 ping-pong, paired: threshold 0 against the default in one process.
 
-make bench's T1 compares configurations run one after the other; on a
-noisy VM a round moves by +-30 %, more than the 2 % goal.  Here one
-ft-brc process alternates the threshold (via _testinternalcapi) between
-two blocks of ping-pong round trips, swapping the order every pair, and
-reports the median of the per-pair CPU-time ratios: the same binary, heap
-and moment for both sides of each ratio.
+On a noisy VM a round of make bench's T1 moves by +-30 %, more than the 2 %
+goal, since the configurations it compares run one after the other. Here
+one ft-brc process switches the knobs (via _testinternalcapi) between
+blocks of ping-pong round trips, in a rotated order every round, and
+reports for each configuration the median of its per-round CPU-time ratio
+to threshold 0: the same binary, heap and moment on both sides of each
+ratio.
 
     dist/ft-brc/bin/python3 bench/t1_paired.py [--round-trips N] [--pairs P]
+        [--config THRESHOLD:DELAY_US ...]
+
+The default compares threshold 1 at the process's own merge delay (500 us
+unless PYTHON_BRC_MERGE_DELAY says otherwise) with threshold 0. Each
+--config adds one (e.g. 1:0 for no grace period, 1:100000 for one longer
+than any round trip); each round then runs every configuration once.
 """
 
 import argparse
@@ -20,47 +27,81 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bm_t1_handoff as t1  # noqa: E402
 
+COUNTERS = ("merged_on_behalf", "suspensions", "suspend_failed", "handed_on")
+
+
+def parse_config(text):
+    try:
+        threshold, delay = (int(x) for x in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected THRESHOLD:DELAY_US, e.g. 1:500")
+    if threshold < 0 or delay < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must not be negative")
+    return threshold, delay
+
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--round-trips", type=int, default=300,
                     help="round trips per block")
-    ap.add_argument("--pairs", type=int, default=300)
+    ap.add_argument("--pairs", type=int, default=300,
+                    help="rounds (each runs every configuration once)")
     ap.add_argument("--threshold", type=int, default=1,
-                    help="the threshold compared against 0")
+                    help="the threshold compared against 0 (at the "
+                         "process's merge delay)")
+    ap.add_argument("--config", type=parse_config, action="append",
+                    default=[], metavar="THRESHOLD:DELAY_US",
+                    help="another configuration to compare against 0")
     args = ap.parse_args()
     try:
-        import _testinternalcapi
-        set_threshold = _testinternalcapi.set_brc_merge_threshold
+        import _testinternalcapi as T
+        set_threshold = T.set_brc_merge_threshold
+        set_delay = T.set_brc_merge_delay
     except (ImportError, AttributeError):
         sys.exit("t1_paired.py: needs an ft-brc build with its test modules "
                  "(_testinternalcapi.set_brc_merge_threshold); run it with "
                  "dist/ft-brc/bin/python3")
     gc.disable()
     n = args.round_trips
-    old = set_threshold(args.threshold)
+    delay = T.get_brc_merge_delay()
+    base = (0, delay)
+    configs = [base, (args.threshold, delay)]
+    configs += [c for c in args.config if c not in configs]
+    old = set_threshold(args.threshold), set_delay(delay)
     t1.pingpong(n, time.process_time)           # warm up
-    cpu = {0: [], args.threshold: []}
-    ratios = []
+    cpu = {c: [] for c in configs}
+    ratios = {c: [] for c in configs}
+    stats = {c: dict.fromkeys(COUNTERS, 0) for c in configs}
     try:
         for i in range(args.pairs):
-            order = (0, args.threshold) if i % 2 else (args.threshold, 0)
+            k = i % len(configs)
             got = {}
-            for th in order:
-                set_threshold(th)
-                got[th] = t1.pingpong(n, time.process_time)
-                cpu[th].append(got[th])
-            ratios.append(got[args.threshold] / got[0])
+            for c in configs[k:] + configs[:k]:
+                set_threshold(c[0])
+                set_delay(c[1])
+                s0 = sys._brc_stats()
+                got[c] = t1.pingpong(n, time.process_time)
+                s1 = sys._brc_stats()
+                cpu[c].append(got[c])
+                for key in COUNTERS:
+                    stats[c][key] += s1[key] - s0[key]
+            for c in configs[1:]:
+                ratios[c].append(got[c] / got[base])
     finally:
-        set_threshold(old)
-    ratios.sort()
-    q = len(ratios) // 4
-    print("t1 ping-pong CPU, threshold %d / 0, %d pairs of %d round trips: "
-          "median %.4f, IQR [%.4f-%.4f]; per round trip %.1f us / %.1f us"
-          % (args.threshold, len(ratios), n, statistics.median(ratios),
-             ratios[q], ratios[-q - 1],
-             statistics.median(cpu[args.threshold]) / n * 1e6,
-             statistics.median(cpu[0]) / n * 1e6))
+        set_threshold(old[0])
+        set_delay(old[1])
+    for c in configs[1:]:
+        r = sorted(ratios[c])
+        q = len(r) // 4
+        per_k = {key: round(v * 1000 / (args.pairs * n), 1)
+                 for key, v in stats[c].items()}
+        print("t1 ping-pong CPU, threshold %d delay %d us / threshold 0, "
+              "%d pairs of %d round trips: median %.4f, IQR [%.4f-%.4f]; "
+              "per round trip %.1f us / %.1f us; per 1000 round trips %s"
+              % (c[0], c[1], len(r), n, statistics.median(r), r[q],
+                 r[-q - 1], statistics.median(cpu[c]) / n * 1e6,
+                 statistics.median(cpu[base]) / n * 1e6, per_k))
 
 
 if __name__ == "__main__":
