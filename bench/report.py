@@ -615,7 +615,11 @@ def torch_section(results, suites, info, goals):
 
     rows_any = False
     for name in TORCH_SHAPES:
-        tls = {c: torch_timelines(results, name, c) for c in FLAVOUR_ORDER}
+        # ft-brc-t0 (bench/run.py --torch-t0): merging on behalf off in the
+        # same binary, the fairest "stock" beside ft-brc.
+        order = FLAVOUR_ORDER + ["ft-brc-t0"]
+        tls = {c: torch_timelines(results, name, c) for c in order}
+        order = [c for c in order if c in FLAVOUR_ORDER or tls[c]]
         if not any(tls.values()):
             continue
         if not rows_any:
@@ -640,7 +644,7 @@ def torch_section(results, suites, info, goals):
               "ratios to gil, median [min-max].")
             w("")
             rows_any = True
-        some = next(d for c in FLAVOUR_ORDER for d in tls[c].values())
+        some = next(d for c in order for d in tls[c].values())
         r = some["result"]
         w("**%s**: %d workers, %d batches of %d x %.1f MiB per epoch, %d "
           "epoch(s)%s, training step %.0f ms, persistent workers %s."
@@ -653,7 +657,7 @@ def torch_section(results, suites, info, goals):
           "without file pages: steady / gil; idle / gil | "
           "/dev/shm steady; idle | epoch (s) |")
         w("|---|---|---|---|---|---|---|---|---|---|")
-        for config in FLAVOUR_ORDER:
+        for config in order:
             cells = []
             for metric in ("job_peak", "job_steady", "job_idle"):
                 b = get_bench(suites, config, "torch_%s_%s" % (name, metric))
@@ -683,7 +687,7 @@ def torch_section(results, suites, info, goals):
                 "; ".join(shm),
                 "%.1f" % statistics.median(all_values(ep)) if ep else "n/a"))
         w("")
-        for config in FLAVOUR_ORDER:
+        for config in order:
             d = tls[config]
             if not d:
                 continue
@@ -697,6 +701,16 @@ def torch_section(results, suites, info, goals):
         b = get_bench(suites, "ft-brc", "torch_%s_job_steady" % name)
         ref = get_bench(suites, "gil", "torch_%s_job_steady" % name)
         bft = get_bench(suites, "ft", "torch_%s_job_steady" % name)
+        t0 = get_bench(suites, "ft-brc-t0", "torch_%s_job_steady" % name)
+        if b and t0:
+            a = get_bench(suites, "ft-brc", "torch_%s_anon_steady" % name)
+            a0 = get_bench(suites, "ft-brc-t0",
+                           "torch_%s_anon_steady" % name)
+            w("ft-brc against ft-brc-t0 (the same binary, merging on behalf "
+              "off), per round: steady job memory %s; without file pages %s."
+              % (fmt_ratio(round_ratios(b, t0)),
+                 fmt_ratio(round_ratios(a, a0)) if a and a0 else "n/a"))
+            w("")
         if b and ref:
             r = round_ratios(b, ref)
             goals.append(("TORCH %s: ft-brc steady job memory / gil <= %.2f "
@@ -941,6 +955,34 @@ def write_report(results):
             w("")
     else:
         w("*not run*")
+        w("")
+    tp = results / "t1_paired.json"
+    if tp.exists():
+        d = json.loads(tp.read_text())
+        w("**Ping-pong paired** (bench/t1_paired.py): one ft-brc process "
+          "runs blocks of %d round trips at threshold %d and at the default "
+          "alternately, %d pairs, order rotated: median of the per-pair CPU "
+          "ratios [interquartile range]. The rounds above move by +-30 %% "
+          "here, more than the goal." % (d["round_trips"],
+                                         d["base"]["threshold"], d["pairs"]))
+        w("")
+        for c in d["configs"]:
+            r = sorted(c["ratios"])
+            q = len(r) // 4
+            med = statistics.median(r)
+            per_k = ", ".join(
+                "%s %.1f" % (k.replace("_", " "),
+                             v * 1000 / (d["pairs"] * d["round_trips"]))
+                for k, v in c["counters"].items())
+            w("- threshold %d, delay %d µs: %.4f× [%.4f–%.4f]; per 1000 "
+              "round trips: %s" % (c["threshold"], c["delay_us"], med,
+                                   r[q], r[-q - 1], per_k))
+            goals.append(("T1 ping-pong paired in one process: threshold "
+                          "%d CPU / threshold 0 <= %.2f"
+                          % (c["threshold"], GOAL_T1),
+                          "%.4fx [IQR %.4f-%.4f], %d pairs"
+                          % (med, r[q], r[-q - 1], len(r)),
+                          med <= GOAL_T1))
         w("")
     cg = results / "callgrind.json"
     if cg.exists():

@@ -126,6 +126,7 @@ MODES = {
         "m2_args": ["--samples", "30"],
         "pyperf_args": {"T1": ["-p", "1", "-n", "3", "-w", "1"],
                         "T2": ["-p", "1", "-n", "3", "-w", "1"]},
+        "t1_paired_pairs": 60,
     },
     "full": {
         "groups": ["M1", "M2", "T1", "T2", "CG", "T2I", "PP", "TORCH"],
@@ -134,6 +135,10 @@ MODES = {
         "m2_args": ["--samples", "60"],
         "pyperf_args": {"T1": ["-p", "2", "-n", "5", "-w", "1"],
                         "T2": ["-p", "4", "-n", "4", "-w", "1"]},
+        # T1 ping-pong paired in one ft-brc process (t1_paired.py), after
+        # T1's rounds: blocks of 300 round trips, threshold 1 and 0 (~30 s
+        # for 300 pairs here).
+        "t1_paired_pairs": 300,
         "callgrind_n": 100,
         "callgrind_reps": 2,
         "pyperformance": ["nbody", "richards", "float", "deltablue",
@@ -706,6 +711,28 @@ class Bench:
                                     args + ["--timeline", str(tl)],
                                     label="T:" + name)
 
+    def run_t1_paired(self):
+        """T1 ping-pong, threshold 1 against 0 alternating in one ft-brc
+        process: the rounds above move by +-30 % on this VM, more than the
+        2 % goal (bench/t1_paired.py)."""
+        flavour = CONFIGS["ft-brc"][0]
+        if flavour not in self.pythons:
+            self.skipped["T1P"] = "needs ft-brc built"
+            return
+        pairs = self.cfg.get("t1_paired_pairs", 60)
+        cmd = [str(self.pythons[flavour]), str(BENCH / "t1_paired.py"),
+               "--pairs", str(pairs), "--json",
+               str(self.results / "t1_paired.json")]
+        t = time.monotonic()
+        proc = subprocess.run(cmd, env=clean_env(), cwd=str(self.results),
+                              capture_output=True, text=True)
+        log("T1P   %-12s %5.1fs  %s" % ("ft-brc", time.monotonic() - t,
+                                        proc.stdout.strip()[:110]))
+        if proc.returncode != 0:
+            sys.stderr.write(proc.stdout + proc.stderr)
+            raise SystemExit("bench: t1_paired.py failed (exit %d)"
+                             % proc.returncode)
+
     # -- main -------------------------------------------------------------
 
     def run(self):
@@ -738,6 +765,11 @@ class Bench:
                     self.run_script(group, config, r)
                 self.timings[group] = (self.timings.get(group, 0)
                                        + time.monotonic() - t)
+        if "T1" in self.groups:
+            t = time.monotonic()
+            self.run_t1_paired()
+            self.timings["T1"] = (self.timings.get("T1", 0)
+                                  + time.monotonic() - t)
         for group, fn in (("CG", self.run_callgrind),
                           ("T2I", self.run_t2i),
                           ("PP", self.run_pyperformance),
@@ -824,6 +856,13 @@ def main():
                     help="which line's flavours: 3.14 (gil ft ft-brc) or "
                          "main (main-ft main-ft-brc, named ft and ft-brc "
                          "in the report)")
+    ap.add_argument("--torch-shapes", metavar="NAMES",
+                    help="TORCH: comma-separated subset of "
+                         + ",".join(n for n, _, _ in TORCH_PLAN))
+    ap.add_argument("--torch-t0", action="store_true",
+                    help="TORCH: also run the job shapes with ft-brc-t0 "
+                         "(merging on behalf off in the same binary: "
+                         "stock behaviour), a third more time")
     ap.add_argument("--report-only", type=Path, metavar="DIR",
                     help="only redo compare_to tables, plots and report.md")
     args = ap.parse_args()
@@ -833,6 +872,18 @@ def main():
         return
 
     use_line(args.line)
+    if args.torch_shapes:
+        names = args.torch_shapes.split(",")
+        unknown = set(names) - {n for n, _, _ in TORCH_PLAN}
+        if unknown:
+            ap.error("unknown torch shapes: %s (known: %s)"
+                     % (", ".join(sorted(unknown)),
+                        ", ".join(n for n, _, _ in TORCH_PLAN)))
+        TORCH_PLAN[:] = [p for p in TORCH_PLAN if p[0] in names]
+    if args.torch_t0:
+        for _, _, configs in TORCH_PLAN:
+            if "ft-brc-t0" not in configs:
+                configs.append("ft-brc-t0")
     cfg = MODES[args.mode]
     groups = args.groups.split(",") if args.groups else cfg["groups"]
     unknown = set(groups) - set(GROUPS)

@@ -9,16 +9,18 @@ to threshold 0: the same binary, heap and moment on both sides of each
 ratio.
 
     dist/ft-brc/bin/python3 bench/t1_paired.py [--round-trips N] [--pairs P]
-        [--config THRESHOLD:DELAY_US ...]
+        [--config THRESHOLD:DELAY_US ...] [--json FILE]
 
 The default compares threshold 1 at the process's own merge delay (500 us
 unless PYTHON_BRC_MERGE_DELAY says otherwise) with threshold 0. Each
 --config adds one (e.g. 1:0 for no grace period, 1:100000 for one longer
 than any round trip); each round then runs every configuration once.
+make bench runs it after T1's rounds (bench/run.py, report.py's T1 goals).
 """
 
 import argparse
 import gc
+import json
 import os
 import statistics
 import sys
@@ -53,6 +55,8 @@ def main():
     ap.add_argument("--config", type=parse_config, action="append",
                     default=[], metavar="THRESHOLD:DELAY_US",
                     help="another configuration to compare against 0")
+    ap.add_argument("--json", metavar="FILE",
+                    help="also write the ratios and counters there")
     args = ap.parse_args()
     try:
         import _testinternalcapi as T
@@ -91,7 +95,14 @@ def main():
     finally:
         set_threshold(old[0])
         set_delay(old[1])
+    out = {"round_trips": n, "pairs": args.pairs,
+           "base": {"threshold": base[0], "delay_us": base[1],
+                    "cpu": cpu[base]},
+           "configs": []}
     for c in configs[1:]:
+        out["configs"].append({"threshold": c[0], "delay_us": c[1],
+                               "ratios": ratios[c], "cpu": cpu[c],
+                               "counters": stats[c]})
         r = sorted(ratios[c])
         q = len(r) // 4
         per_k = {key: round(v * 1000 / (args.pairs * n), 1)
@@ -102,6 +113,9 @@ def main():
               % (c[0], c[1], len(r), n, statistics.median(r), r[q],
                  r[-q - 1], statistics.median(cpu[c]) / n * 1e6,
                  statistics.median(cpu[base]) / n * 1e6, per_k))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f)
 
 
 if __name__ == "__main__":
