@@ -956,15 +956,18 @@ def write_report(results):
     else:
         w("*not run*")
         w("")
-    tp = results / "t1_paired.json"
-    if tp.exists():
+    for fname, what, unit in (("t1_paired.json", "ping-pong", "round trips"),
+                              ("t1_paired_clear.json", "clear", "rounds")):
+        tp = results / fname
+        if not tp.exists():
+            continue
         d = json.loads(tp.read_text())
-        w("**Ping-pong paired** (bench/t1_paired.py): one ft-brc process "
-          "runs blocks of %d round trips at threshold %d and at the default "
-          "alternately, %d pairs, order rotated: median of the per-pair CPU "
-          "ratios [interquartile range]. The rounds above move by +-30 %% "
-          "here, more than the goal." % (d["round_trips"],
-                                         d["base"]["threshold"], d["pairs"]))
+        w("**%s paired** (bench/t1_paired.py): one ft-brc process runs "
+          "blocks of %d %s at threshold %d and at the default alternately, "
+          "%d pairs, order rotated: median of the per-pair CPU ratios "
+          "[interquartile range]. The rounds above move by +-30 %% here, "
+          "more than the goal." % (what.capitalize(), d["round_trips"], unit,
+                                   d["base"]["threshold"], d["pairs"]))
         w("")
         for c in d["configs"]:
             r = sorted(c["ratios"])
@@ -975,11 +978,11 @@ def write_report(results):
                              v * 1000 / (d["pairs"] * d["round_trips"]))
                 for k, v in c["counters"].items())
             w("- threshold %d, delay %d µs: %.4f× [%.4f–%.4f]; per 1000 "
-              "round trips: %s" % (c["threshold"], c["delay_us"], med,
-                                   r[q], r[-q - 1], per_k))
-            goals.append(("T1 ping-pong paired in one process: threshold "
-                          "%d CPU / threshold 0 <= %.2f"
-                          % (c["threshold"], GOAL_T1),
+              "%s: %s" % (c["threshold"], c["delay_us"], med, r[q],
+                          r[-q - 1], unit, per_k))
+            goals.append(("T1 %s paired in one process: threshold %d CPU / "
+                          "threshold 0 <= %.2f"
+                          % (what, c["threshold"], GOAL_T1),
                           "%.4fx [IQR %.4f-%.4f], %d pairs"
                           % (med, r[q], r[-q - 1], len(r)),
                           med <= GOAL_T1))

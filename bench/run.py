@@ -135,9 +135,9 @@ MODES = {
         "m2_args": ["--samples", "60"],
         "pyperf_args": {"T1": ["-p", "2", "-n", "5", "-w", "1"],
                         "T2": ["-p", "4", "-n", "4", "-w", "1"]},
-        # T1 ping-pong paired in one ft-brc process (t1_paired.py), after
-        # T1's rounds: blocks of 300 round trips, threshold 1 and 0 (~30 s
-        # for 300 pairs here).
+        # T1 ping-pong and clear paired in one ft-brc process each
+        # (t1_paired.py), after T1's rounds: threshold 1 and 0 alternating
+        # (~30 s and ~50 s for 300 pairs here).
         "t1_paired_pairs": 300,
         "callgrind_n": 100,
         "callgrind_reps": 2,
@@ -720,18 +720,23 @@ class Bench:
             self.skipped["T1P"] = "needs ft-brc built"
             return
         pairs = self.cfg.get("t1_paired_pairs", 60)
-        cmd = [str(self.pythons[flavour]), str(BENCH / "t1_paired.py"),
-               "--pairs", str(pairs), "--json",
-               str(self.results / "t1_paired.json")]
-        t = time.monotonic()
-        proc = subprocess.run(cmd, env=clean_env(), cwd=str(self.results),
-                              capture_output=True, text=True)
-        log("T1P   %-12s %5.1fs  %s" % ("ft-brc", time.monotonic() - t,
-                                        proc.stdout.strip()[:110]))
-        if proc.returncode != 0:
-            sys.stderr.write(proc.stdout + proc.stderr)
-            raise SystemExit("bench: t1_paired.py failed (exit %d)"
-                             % proc.returncode)
+        # Blocks of 300 ping-pong round trips (~35 ms) or 40 clear rounds
+        # (~85 ms).
+        for workload, block, out in (("pingpong", 300, "t1_paired.json"),
+                                     ("clear", 40, "t1_paired_clear.json")):
+            cmd = [str(self.pythons[flavour]), str(BENCH / "t1_paired.py"),
+                   "--workload", workload, "--round-trips", str(block),
+                   "--pairs", str(pairs), "--json", str(self.results / out)]
+            t = time.monotonic()
+            proc = subprocess.run(cmd, env=clean_env(),
+                                  cwd=str(self.results),
+                                  capture_output=True, text=True)
+            log("T1P   %-12s %5.1fs  %s" % (workload, time.monotonic() - t,
+                                            proc.stdout.strip()[:110]))
+            if proc.returncode != 0:
+                sys.stderr.write(proc.stdout + proc.stderr)
+                raise SystemExit("bench: t1_paired.py --workload %s failed "
+                                 "(exit %d)" % (workload, proc.returncode))
 
     # -- main -------------------------------------------------------------
 

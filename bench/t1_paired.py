@@ -1,4 +1,4 @@
-"""T1 ping-pong, paired: threshold 0 against the default in one process.
+"""T1 ping-pong (or clear), paired: threshold 0 against the default in one process.
 
 On a noisy VM a round of make bench's T1 moves by +-30 %, more than the 2 %
 goal, since the configurations it compares run one after the other. Here
@@ -10,11 +10,15 @@ ratio.
 
     dist/ft-brc/bin/python3 bench/t1_paired.py [--round-trips N] [--pairs P]
         [--config THRESHOLD:DELAY_US ...] [--json FILE]
+        [--workload clear]
 
 The default compares threshold 1 at the process's own merge delay (500 us
 unless PYTHON_BRC_MERGE_DELAY says otherwise) with threshold 0. Each
 --config adds one (e.g. 1:0 for no grace period, 1:100000 for one longer
 than any round trip); each round then runs every configuration once.
+--workload clear times T1's other pattern instead: blocks of
+--round-trips/8 loops of 8 rounds, each dropping 2 x 5000 objects owned by
+threads blocked on a Barrier.
 make bench runs it after T1's rounds (bench/run.py, report.py's T1 goals).
 """
 
@@ -55,6 +59,8 @@ def main():
     ap.add_argument("--config", type=parse_config, action="append",
                     default=[], metavar="THRESHOLD:DELAY_US",
                     help="another configuration to compare against 0")
+    ap.add_argument("--workload", choices=["pingpong", "clear"],
+                    default="pingpong")
     ap.add_argument("--json", metavar="FILE",
                     help="also write the ratios and counters there")
     args = ap.parse_args()
@@ -72,8 +78,17 @@ def main():
     base = (0, delay)
     configs = [base, (args.threshold, delay)]
     configs += [c for c in args.config if c not in configs]
+    if args.workload == "clear":
+        loops = max(1, n // t1.CLEAR_ROUNDS)
+        n = loops * t1.CLEAR_ROUNDS             # rounds per block
+
+        def block():
+            return t1.clear(loops, time.process_time)
+    else:
+        def block():
+            return t1.pingpong(n, time.process_time)
     old = set_threshold(args.threshold), set_delay(delay)
-    t1.pingpong(n, time.process_time)           # warm up
+    block()                                     # warm up
     cpu = {c: [] for c in configs}
     ratios = {c: [] for c in configs}
     stats = {c: dict.fromkeys(COUNTERS, 0) for c in configs}
@@ -85,7 +100,7 @@ def main():
                 set_threshold(c[0])
                 set_delay(c[1])
                 s0 = sys._brc_stats()
-                got[c] = t1.pingpong(n, time.process_time)
+                got[c] = block()
                 s1 = sys._brc_stats()
                 cpu[c].append(got[c])
                 for key in COUNTERS:
@@ -95,7 +110,8 @@ def main():
     finally:
         set_threshold(old[0])
         set_delay(old[1])
-    out = {"round_trips": n, "pairs": args.pairs,
+    out = {"workload": args.workload, "round_trips": n,
+           "pairs": args.pairs,
            "base": {"threshold": base[0], "delay_us": base[1],
                     "cpu": cpu[base]},
            "configs": []}
@@ -107,12 +123,16 @@ def main():
         q = len(r) // 4
         per_k = {key: round(v * 1000 / (args.pairs * n), 1)
                  for key, v in stats[c].items()}
-        print("t1 ping-pong CPU, threshold %d delay %d us / threshold 0, "
-              "%d pairs of %d round trips: median %.4f, IQR [%.4f-%.4f]; "
-              "per round trip %.1f us / %.1f us; per 1000 round trips %s"
-              % (c[0], c[1], len(r), n, statistics.median(r), r[q],
-                 r[-q - 1], statistics.median(cpu[c]) / n * 1e6,
-                 statistics.median(cpu[base]) / n * 1e6, per_k))
+        what = ("ping-pong", "round trips", "round trip")
+        if args.workload == "clear":
+            what = ("clear", "rounds", "round")
+        print("t1 %s CPU, threshold %d delay %d us / threshold 0, "
+              "%d pairs of %d %s: median %.4f, IQR [%.4f-%.4f]; "
+              "per %s %.1f us / %.1f us; per 1000 %s %s"
+              % (what[0], c[0], c[1], len(r), n, what[1],
+                 statistics.median(r), r[q],
+                 r[-q - 1], what[2], statistics.median(cpu[c]) / n * 1e6,
+                 statistics.median(cpu[base]) / n * 1e6, what[1], per_k))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f)
