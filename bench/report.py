@@ -987,6 +987,26 @@ def write_report(results):
                           % (med, r[q], r[-q - 1], len(r)),
                           med <= GOAL_T1))
         w("")
+    for fname, what in (("t1_vs_ft.json", "ping-pong"),
+                        ("t1_vs_ft_clear.json", "clear")):
+        tp = results / fname
+        if not tp.exists():
+            continue
+        d = json.loads(tp.read_text())
+        r = sorted(d["ratios"])
+        q = len(r) // 4
+        med = statistics.median(r)
+        w("**%s against stock ft** (bench/t1_vs_ft.py): %d pairs of short "
+          "processes, ft-brc and ft back to back in alternating order, each "
+          "timing %d blocks of %d after a warm-up: median of the per-pair "
+          "CPU ratios %.4f× [interquartile range %.4f–%.4f]."
+          % (what.capitalize(), len(r), d["blocks"], d["block"], med, r[q],
+             r[-q - 1]))
+        w("")
+        goals.append(("T1 %s against stock ft, alternating processes: "
+                      "ft-brc CPU / ft <= %.2f" % (what, GOAL_T1),
+                      "%.4fx [IQR %.4f-%.4f], %d pairs"
+                      % (med, r[q], r[-q - 1], len(r)), med <= GOAL_T1))
     cg = results / "callgrind.json"
     if cg.exists():
         d = json.loads(cg.read_text())

@@ -127,6 +127,7 @@ MODES = {
         "pyperf_args": {"T1": ["-p", "1", "-n", "3", "-w", "1"],
                         "T2": ["-p", "1", "-n", "3", "-w", "1"]},
         "t1_paired_pairs": 60,
+        "t1_vs_ft_pairs": 10,
     },
     "full": {
         "groups": ["M1", "M2", "T1", "T2", "CG", "T2I", "PP", "TORCH"],
@@ -139,6 +140,9 @@ MODES = {
         # (t1_paired.py), after T1's rounds: threshold 1 and 0 alternating
         # (~30 s and ~50 s for 300 pairs here).
         "t1_paired_pairs": 300,
+        # ... and against stock ft in pairs of processes (t1_vs_ft.py; ~40 s
+        # and ~70 s for 40 pairs).
+        "t1_vs_ft_pairs": 40,
         "callgrind_n": 100,
         "callgrind_reps": 2,
         "pyperformance": ["nbody", "richards", "float", "deltablue",
@@ -736,6 +740,31 @@ class Bench:
             if proc.returncode != 0:
                 sys.stderr.write(proc.stdout + proc.stderr)
                 raise SystemExit("bench: t1_paired.py --workload %s failed "
+                                 "(exit %d)" % (workload, proc.returncode))
+        # Against stock ft, another binary: pairs of short processes, run
+        # back to back in alternating order (bench/t1_vs_ft.py).
+        ft = CONFIGS["ft"][0]
+        if ft not in self.pythons:
+            self.skipped["T1P/ft"] = "needs ft built"
+            return
+        for workload, out in (("pingpong", "t1_vs_ft.json"),
+                              ("clear", "t1_vs_ft_clear.json")):
+            cmd = [sys.executable, str(BENCH / "t1_vs_ft.py"),
+                   "--workload", workload,
+                   "--pairs", str(self.cfg.get("t1_vs_ft_pairs", 10)),
+                   "--python", str(self.pythons[flavour]),
+                   "--against", str(self.pythons[ft]),
+                   "--json", str(self.results / out)]
+            t = time.monotonic()
+            proc = subprocess.run(cmd, env=clean_env(),
+                                  cwd=str(self.results),
+                                  capture_output=True, text=True)
+            log("T1P   %-12s %5.1fs  %s" % (workload + "/ft",
+                                            time.monotonic() - t,
+                                            proc.stdout.strip()[:110]))
+            if proc.returncode != 0:
+                sys.stderr.write(proc.stdout + proc.stderr)
+                raise SystemExit("bench: t1_vs_ft.py --workload %s failed "
                                  "(exit %d)" % (workload, proc.returncode))
 
     # -- main -------------------------------------------------------------
