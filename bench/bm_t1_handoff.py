@@ -147,6 +147,17 @@ def clear(loops, clock):
     return clock() - t0
 
 
+def timed_block(workload, n, clock):
+    """For bench/t1_paired.py and t1_vs_ft.py: (block, units), where
+    block() times one block of the workload with clock and units is what
+    it ran: n ping-pong round trips, or n clear rounds rounded to whole
+    loops of CLEAR_ROUNDS."""
+    if workload == "clear":
+        loops = max(1, n // CLEAR_ROUNDS)
+        return (lambda: clear(loops, clock)), loops * CLEAR_ROUNDS
+    return (lambda: pingpong(n, clock)), n
+
+
 # --------------------------------------------------------------------------
 
 def bench_pingpong(loops, clock):

@@ -129,6 +129,16 @@ def above_baseline_ratios(suites, config, name):
     return out
 
 
+def median_iqr(ratios):
+    """Median and interquartile range of paired ratios (t1_paired.py,
+    t1_vs_ft.py), and the goal row's text for them."""
+    r = sorted(ratios)
+    q = len(r) // 4
+    med = statistics.median(r)
+    return med, r[q], r[-q - 1], "%.4fx [IQR %.4f-%.4f], %d pairs" % (
+        med, r[q], r[-q - 1], len(r))
+
+
 def fmt_ratio(ratios):
     if not ratios:
         return "n/a"
@@ -970,21 +980,17 @@ def write_report(results):
                                    d["base"]["threshold"], d["pairs"]))
         w("")
         for c in d["configs"]:
-            r = sorted(c["ratios"])
-            q = len(r) // 4
-            med = statistics.median(r)
+            med, lo, hi, text = median_iqr(c["ratios"])
             per_k = ", ".join(
                 "%s %.1f" % (k.replace("_", " "),
                              v * 1000 / (d["pairs"] * d["round_trips"]))
                 for k, v in c["counters"].items())
             w("- threshold %d, delay %d µs: %.4f× [%.4f–%.4f]; per 1000 "
-              "%s: %s" % (c["threshold"], c["delay_us"], med, r[q],
-                          r[-q - 1], unit, per_k))
+              "%s: %s" % (c["threshold"], c["delay_us"], med, lo, hi,
+                          unit, per_k))
             goals.append(("T1 %s paired in one process: threshold %d CPU / "
                           "threshold 0 <= %.2f"
-                          % (what, c["threshold"], GOAL_T1),
-                          "%.4fx [IQR %.4f-%.4f], %d pairs"
-                          % (med, r[q], r[-q - 1], len(r)),
+                          % (what, c["threshold"], GOAL_T1), text,
                           med <= GOAL_T1))
         w("")
     for fname, what in (("t1_vs_ft.json", "ping-pong"),
@@ -993,20 +999,17 @@ def write_report(results):
         if not tp.exists():
             continue
         d = json.loads(tp.read_text())
-        r = sorted(d["ratios"])
-        q = len(r) // 4
-        med = statistics.median(r)
+        med, lo, hi, text = median_iqr(d["ratios"])
         w("**%s against stock ft** (bench/t1_vs_ft.py): %d pairs of short "
           "processes, ft-brc and ft back to back in alternating order, each "
           "timing %d blocks of %d after a warm-up: median of the per-pair "
           "CPU ratios %.4f× [interquartile range %.4f–%.4f]."
-          % (what.capitalize(), len(r), d["blocks"], d["block"], med, r[q],
-             r[-q - 1]))
+          % (what.capitalize(), len(d["ratios"]), d["blocks"], d["block"],
+             med, lo, hi))
         w("")
         goals.append(("T1 %s against stock ft, alternating processes: "
-                      "ft-brc CPU / ft <= %.2f" % (what, GOAL_T1),
-                      "%.4fx [IQR %.4f-%.4f], %d pairs"
-                      % (med, r[q], r[-q - 1], len(r)), med <= GOAL_T1))
+                      "ft-brc CPU / ft <= %.2f" % (what, GOAL_T1), text,
+                      med <= GOAL_T1))
     cg = results / "callgrind.json"
     if cg.exists():
         d = json.loads(cg.read_text())

@@ -715,10 +715,23 @@ class Bench:
                                     args + ["--timeline", str(tl)],
                                     label="T:" + name)
 
+    def run_tool(self, label, cmd):
+        """Run one of bench/'s standalone measurements; log its output."""
+        t = time.monotonic()
+        proc = subprocess.run(cmd, env=clean_env(), cwd=str(self.results),
+                              capture_output=True, text=True)
+        log("T1P   %-12s %5.1fs  %s" % (label, time.monotonic() - t,
+                                        proc.stdout.strip()[:110]))
+        if proc.returncode != 0:
+            sys.stderr.write(proc.stdout + proc.stderr)
+            raise SystemExit("bench: %s failed for %s (exit %d)"
+                             % (Path(cmd[1]).name, label, proc.returncode))
+
     def run_t1_paired(self):
-        """T1 ping-pong, threshold 1 against 0 alternating in one ft-brc
-        process: the rounds above move by +-30 % on this VM, more than the
-        2 % goal (bench/t1_paired.py)."""
+        """T1 ping-pong and clear, threshold 1 against 0 alternating in one
+        ft-brc process (bench/t1_paired.py), and ft-brc against stock ft in
+        alternating processes (bench/t1_vs_ft.py): the rounds above move by
+        +-30 % on this VM, more than the 2 % goal."""
         flavour = CONFIGS["ft-brc"][0]
         if flavour not in self.pythons:
             self.skipped["T1P"] = "needs ft-brc built"
@@ -728,44 +741,23 @@ class Bench:
         # (~85 ms).
         for workload, block, out in (("pingpong", 300, "t1_paired.json"),
                                      ("clear", 40, "t1_paired_clear.json")):
-            cmd = [str(self.pythons[flavour]), str(BENCH / "t1_paired.py"),
-                   "--workload", workload, "--round-trips", str(block),
-                   "--pairs", str(pairs), "--json", str(self.results / out)]
-            t = time.monotonic()
-            proc = subprocess.run(cmd, env=clean_env(),
-                                  cwd=str(self.results),
-                                  capture_output=True, text=True)
-            log("T1P   %-12s %5.1fs  %s" % (workload, time.monotonic() - t,
-                                            proc.stdout.strip()[:110]))
-            if proc.returncode != 0:
-                sys.stderr.write(proc.stdout + proc.stderr)
-                raise SystemExit("bench: t1_paired.py --workload %s failed "
-                                 "(exit %d)" % (workload, proc.returncode))
-        # Against stock ft, another binary: pairs of short processes, run
-        # back to back in alternating order (bench/t1_vs_ft.py).
+            self.run_tool(workload, [
+                str(self.pythons[flavour]), str(BENCH / "t1_paired.py"),
+                "--workload", workload, "--round-trips", str(block),
+                "--pairs", str(pairs), "--json", str(self.results / out)])
         ft = CONFIGS["ft"][0]
         if ft not in self.pythons:
             self.skipped["T1P/ft"] = "needs ft built"
             return
         for workload, out in (("pingpong", "t1_vs_ft.json"),
                               ("clear", "t1_vs_ft_clear.json")):
-            cmd = [sys.executable, str(BENCH / "t1_vs_ft.py"),
-                   "--workload", workload,
-                   "--pairs", str(self.cfg.get("t1_vs_ft_pairs", 10)),
-                   "--python", str(self.pythons[flavour]),
-                   "--against", str(self.pythons[ft]),
-                   "--json", str(self.results / out)]
-            t = time.monotonic()
-            proc = subprocess.run(cmd, env=clean_env(),
-                                  cwd=str(self.results),
-                                  capture_output=True, text=True)
-            log("T1P   %-12s %5.1fs  %s" % (workload + "/ft",
-                                            time.monotonic() - t,
-                                            proc.stdout.strip()[:110]))
-            if proc.returncode != 0:
-                sys.stderr.write(proc.stdout + proc.stderr)
-                raise SystemExit("bench: t1_vs_ft.py --workload %s failed "
-                                 "(exit %d)" % (workload, proc.returncode))
+            self.run_tool(workload + "/ft", [
+                sys.executable, str(BENCH / "t1_vs_ft.py"),
+                "--workload", workload,
+                "--pairs", str(self.cfg.get("t1_vs_ft_pairs", 10)),
+                "--python", str(self.pythons[flavour]),
+                "--against", str(self.pythons[ft]),
+                "--json", str(self.results / out)])
 
     # -- main -------------------------------------------------------------
 

@@ -78,15 +78,7 @@ def main():
     base = (0, delay)
     configs = [base, (args.threshold, delay)]
     configs += [c for c in args.config if c not in configs]
-    if args.workload == "clear":
-        loops = max(1, n // t1.CLEAR_ROUNDS)
-        n = loops * t1.CLEAR_ROUNDS             # rounds per block
-
-        def block():
-            return t1.clear(loops, time.process_time)
-    else:
-        def block():
-            return t1.pingpong(n, time.process_time)
+    block, n = t1.timed_block(args.workload, n, time.process_time)
     old = set_threshold(args.threshold), set_delay(delay)
     block()                                     # warm up
     cpu = {c: [] for c in configs}

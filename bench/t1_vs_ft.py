@@ -32,17 +32,7 @@ def worker(workload, blocks, block):
     import gc
     import bm_t1_handoff as t1
     gc.disable()
-    if workload == "clear":
-        loops = max(1, block // t1.CLEAR_ROUNDS)
-        n = loops * t1.CLEAR_ROUNDS
-
-        def run():
-            return t1.clear(loops, time.process_time)
-    else:
-        n = block
-
-        def run():
-            return t1.pingpong(n, time.process_time)
+    run, n = t1.timed_block(workload, block, time.process_time)
     run()                                       # warm up
     per = [run() / n for _ in range(blocks)]
     print(json.dumps({"per_unit_s": statistics.median(per)}))
