@@ -47,7 +47,10 @@ def label(config):
 def load_suites(results):
     suites = {}
     for f in sorted(results.glob("*.json")):
-        if f.name == "info.json" or f.name.startswith("callgrind"):
+        # Not pyperf suites: the run's info, callgrind counts, and the
+        # paired T1 runs (t1_paired*.json, t1_vs_ft*.json).
+        if (f.name == "info.json" or f.name.startswith("callgrind")
+                or f.name.startswith("t1_")):
             continue
         try:
             suites[f.stem] = pyperf.BenchmarkSuite.load(str(f))
