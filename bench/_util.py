@@ -8,6 +8,7 @@ stdlib + pyperf only.
 import json
 import mmap
 import os
+import statistics
 import sys
 import threading
 import time
@@ -15,6 +16,15 @@ import time
 PAGE = mmap.PAGESIZE
 MiB = 1 << 20
 KNOB = "PYTHON_BRC_MERGE_THRESHOLD"
+
+
+def median_iqr(ratios):
+    """Median, first and third quartile of paired ratios (t1_paired.py,
+    t1_vs_ft.py, report.py): the quartiles are the values a quarter from
+    each end of the sorted list."""
+    r = sorted(ratios)
+    q = len(r) // 4
+    return statistics.median(r), r[q], r[-q - 1]
 
 
 def rss():

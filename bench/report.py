@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pyperf
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _util  # noqa: E402
+
 MiB = 1 << 20
 T1_ORDER = ["ft-brc-t0", "ft-brc", "ft-brc-d0", "ft-brc-t2", "ft-brc-t10",
             "ft-brc-t100", "ft"]
@@ -135,11 +138,9 @@ def above_baseline_ratios(suites, config, name):
 def median_iqr(ratios):
     """Median and interquartile range of paired ratios (t1_paired.py,
     t1_vs_ft.py), and the goal row's text for them."""
-    r = sorted(ratios)
-    q = len(r) // 4
-    med = statistics.median(r)
-    return med, r[q], r[-q - 1], "%.4fx [IQR %.4f-%.4f], %d pairs" % (
-        med, r[q], r[-q - 1], len(r))
+    med, lo, hi = _util.median_iqr(ratios)
+    return med, lo, hi, "%.4fx [IQR %.4f-%.4f], %d pairs" % (
+        med, lo, hi, len(ratios))
 
 
 def fmt_ratio(ratios):

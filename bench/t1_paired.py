@@ -31,6 +31,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _util as u  # noqa: E402
 import bm_t1_handoff as t1  # noqa: E402
 
 COUNTERS = ("merged_on_behalf", "suspensions", "suspend_failed", "handed_on")
@@ -111,8 +112,7 @@ def main():
         out["configs"].append({"threshold": c[0], "delay_us": c[1],
                                "ratios": ratios[c], "cpu": cpu[c],
                                "counters": stats[c]})
-        r = sorted(ratios[c])
-        q = len(r) // 4
+        med, lo, hi = u.median_iqr(ratios[c])
         per_k = {key: round(v * 1000 / (args.pairs * n), 1)
                  for key, v in stats[c].items()}
         what = ("ping-pong", "round trips", "round trip")
@@ -121,9 +121,8 @@ def main():
         print("t1 %s CPU, threshold %d delay %d us / threshold 0, "
               "%d pairs of %d %s: median %.4f, IQR [%.4f-%.4f]; "
               "per %s %.1f us / %.1f us; per 1000 %s %s"
-              % (what[0], c[0], c[1], len(r), n, what[1],
-                 statistics.median(r), r[q],
-                 r[-q - 1], what[2], statistics.median(cpu[c]) / n * 1e6,
+              % (what[0], c[0], c[1], len(ratios[c]), n, what[1], med, lo,
+                 hi, what[2], statistics.median(cpu[c]) / n * 1e6,
                  statistics.median(cpu[base]) / n * 1e6, what[1], per_k))
     if args.json:
         with open(args.json, "w") as f:

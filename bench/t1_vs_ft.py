@@ -25,10 +25,11 @@ from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
+sys.path.insert(0, str(BENCH))
+import _util as u  # noqa: E402
 
 
 def worker(workload, blocks, block):
-    sys.path.insert(0, str(BENCH))
     import gc
     import bm_t1_handoff as t1
     gc.disable()
@@ -82,14 +83,12 @@ def main():
         got = {py: run_worker(py, args.workload, args.blocks, block)
                for py in order}
         ratios.append(got[args.python] / got[args.against])
-    r = sorted(ratios)
-    q = len(r) // 4
-    med = statistics.median(r)
+    med, lo, hi = u.median_iqr(ratios)
     print("t1 %s CPU, %s / %s, %d pairs of processes (%d blocks of %d "
           "each): median %.4f, IQR [%.4f-%.4f]"
           % (args.workload, Path(args.python).parent.parent.name,
-             Path(args.against).parent.parent.name, len(r), args.blocks,
-             block, med, r[q], r[-q - 1]))
+             Path(args.against).parent.parent.name, len(ratios), args.blocks,
+             block, med, lo, hi))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"workload": args.workload, "python": args.python,
