@@ -30,7 +30,9 @@ BUILD_ARGS := $(if $(JOBS),--jobs '$(JOBS)') $(if $(SOURCE),--source '$(SOURCE)'
 	$(if $(filter 1 yes true,$(OFFLINE)),--offline) $(if $(filter 1 yes true,$(QUIET)),--quiet)
 
 CHECKING := ft-brc-debug ft-tsan ft-brc-tsan ft-asan ft-brc-asan
-ALL_FLAVOURS := $(FLAVOURS) $(MAIN_FLAVOURS) $(CHECKING)
+# The model of the fix upstream merged (patches/<line>/compare): built on demand.
+COMPARE := ft-upstream main-ft-upstream
+ALL_FLAVOURS := $(FLAVOURS) $(MAIN_FLAVOURS) $(CHECKING) $(COMPARE)
 # make stress: seconds per flavour (two flavours: about 5 minutes in all).
 STRESS_SECONDS ?= 150
 ASAN_STRESS_SECONDS ?= 60
@@ -39,12 +41,12 @@ CHECKS := $(VENV)/bin/python tests/regrtest_checks.py
 DIST_ENV := $(if $(DIST),BRC_MERGE_DIST='$(DIST)') $(if $(CACHE),BRC_MERGE_CACHE='$(CACHE)')
 
 .PHONY: help ft-brc ft gil flavours main-ft main-ft-brc main-flavours test-main test venv image-deps bench bench-fast bench-torch bench-venv clean distclean checksums \
-	image base-image image-torch image-torch-check $(CHECKING) tsan tsan-stock asan asan-stock refleak stress parity reliability
+	image base-image image-torch image-torch-check $(CHECKING) $(COMPARE) compare compare-main tsan tsan-stock asan asan-stock refleak stress parity reliability
 
 help: ## this list (default target: ft-brc)
 	@echo "make [TARGET] [JOBS=N SOURCE=PATH CACHE=DIR DIST=DIR PATCHES=DIR OPTIMIZE=1 OFFLINE=1]"
 	@echo "  (default target: ft-brc)"
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## (.*)/  \1\t\2/' | expand -t 14
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## (.*)/  \1\t\2/' | expand -t 19
 
 ft-brc: ## build free-threaded + patch series into dist/ft-brc (the default)
 	$(BUILD) $(BUILD_ARGS) ft-brc
@@ -66,6 +68,12 @@ main-ft-brc: ## build free-threaded CPython main + patches/main into dist/main-f
 
 main-flavours: ## build both main flavours: main-ft main-ft-brc
 	$(BUILD) $(BUILD_ARGS) $(MAIN_FLAVOURS)
+
+ft-upstream: ## build stock free-threaded + a model of upstream's fix into dist/ft-upstream (comparison only)
+	$(BUILD) $(BUILD_ARGS) ft-upstream
+
+main-ft-upstream: ## the same model on CPython main into dist/main-ft-upstream
+	$(BUILD) $(BUILD_ARGS) main-ft-upstream
 
 ft-brc-debug: ## build ft-brc with --with-pydebug into dist/ft-brc-debug
 	$(BUILD) $(BUILD_ARGS) ft-brc-debug
@@ -115,6 +123,14 @@ test-main: main-flavours venv ## build main-ft main-ft-brc, then run their tests
 	$(DIST_ENV) BRC_MERGE_STRESS_FLAVOURS=main-ft-brc $(VENV)/bin/pytest -k main \
 		tests/test_cpython_suite.py tests/test_scenarios.py tests/test_stress.py $(PYTEST_ARGS)
 
+# gil / ft / ft-upstream / ft-brc side by side on public-API scenarios, each
+# with its expected outcome; racy cases are counted over trials in the report.
+compare: flavours ft-upstream venv ## the scenario matrix with upstream's fix beside gil, ft, ft-brc -> tests/results/compare.md
+	$(DIST_ENV) $(VENV)/bin/pytest tests/compare/compare_scenarios.py $(PYTEST_ARGS)
+
+compare-main: main-flavours main-ft-upstream venv ## the same on CPython main (main-ft, main-ft-upstream, main-ft-brc)
+	$(DIST_ENV) BRC_MERGE_COMPARE_LINE=main $(VENV)/bin/pytest tests/compare/compare_scenarios.py $(PYTEST_ARGS)
+
 # Reliability (README "Reliability checks"); reports under tests/results/.
 tsan: ft-brc-tsan venv ## test_free_threading (incl. test_brc) under TSan on ft-brc-tsan: zero reports
 	$(DIST_ENV) $(CHECKS) tsan --flavour ft-brc-tsan $(TESTS)
@@ -149,20 +165,20 @@ bench-venv: venv
 		touch $(VENV)/.bench-requirements-stamp; \
 	fi
 
-bench: flavours bench-venv ## full benchmarks (~15 min, incl. ~4.5 min of T2I instruction counts) -> bench/results/<timestamp>/report.md
+bench: flavours ft-upstream bench-venv ## full benchmarks (~21 min, incl. ~4.5 min of T2I instruction counts) -> bench/results/<timestamp>/report.md
 	$(DIST_ENV) $(VENV)/bin/python bench/run.py --mode full $(BENCH_ARGS)
 
 # The same for CPython main (main-ft, main-ft-brc; no GIL build, so no gil
 # ratios): -> bench/results/<timestamp>/ with "line": "main" in info.json.
-bench-main: main-flavours bench-venv ## full benchmarks on main-ft / main-ft-brc (no gil, no torch)
-	$(DIST_ENV) $(VENV)/bin/python bench/run.py --line main --mode full --groups M1,M2,T1,T2,CG $(BENCH_ARGS)
+bench-main: main-flavours main-ft-upstream bench-venv ## full benchmarks on main-ft / main-ft-upstream / main-ft-brc (no gil, no torch)
+	$(DIST_ENV) $(VENV)/bin/python bench/run.py --line main --mode full --groups M1,M2,T1,BURST,T2,CG $(BENCH_ARGS)
 
 bench-fast: flavours bench-venv ## quick benchmarks (<= 3 min, CI) -> bench/results/fast/report.md
 	$(DIST_ENV) $(VENV)/bin/python bench/run.py --mode fast $(BENCH_ARGS)
 
 # = make bench BENCH_TORCH=1 BENCH_ARGS="--groups TORCH": installs torch + numpy
 # (about 5 GB per flavour venv, once) and runs only the torch group.
-bench-torch: flavours bench-venv ## torch DataLoader benchmarks only (~16 min; first installs torch, ~5 GB per venv, 3-4 min)
+bench-torch: flavours ft-upstream bench-venv ## torch DataLoader benchmarks only (~20 min; first installs torch, ~5 GB per venv, 3-4 min)
 	$(DIST_ENV) BENCH_TORCH=1 $(VENV)/bin/python bench/run.py --mode full --groups TORCH $(BENCH_ARGS)
 
 # The container image (Dockerfile; image/build.sh does the work, README "Container image").

@@ -20,9 +20,9 @@ SERIES_LINE=$DEFAULT_LINE
 # Flavours: the ONE place that defines them and their configure flags.
 # ---------------------------------------------------------------------------
 VALID_FLAVOURS=(gil ft ft-brc ft-brc-debug ft-tsan ft-brc-tsan ft-asan ft-brc-asan
-    main-ft main-ft-brc)
+    main-ft main-ft-brc ft-upstream main-ft-upstream)
 # The line of each flavour (default: DEFAULT_LINE).
-declare -A FLAVOUR_LINE=([main-ft]=main [main-ft-brc]=main)
+declare -A FLAVOUR_LINE=([main-ft]=main [main-ft-brc]=main [main-ft-upstream]=main)
 declare -A FLAVOUR_DESC=(
     [gil]="stock CPython, GIL enabled"
     [ft]="stock CPython, free-threaded (--disable-gil)"
@@ -34,12 +34,19 @@ declare -A FLAVOUR_DESC=(
     [ft-brc-asan]="ft-brc, AddressSanitizer + pydebug (clang)"
     [main-ft]="stock CPython main (pinned commit), free-threaded"
     [main-ft-brc]="main-ft + patches/main series (BRC merge)"
+    [ft-upstream]="ft + a model of upstream's gh-157838 fix (comparison only)"
+    [main-ft-upstream]="main-ft + the same model (comparison only)"
 )
 declare -A FLAVOUR_PATCHED=([gil]=0 [ft]=0 [ft-brc]=1 [ft-brc-debug]=1 [ft-tsan]=0 [ft-brc-tsan]=1
-    [ft-asan]=0 [ft-brc-asan]=1 [main-ft]=0 [main-ft-brc]=1)
+    [ft-asan]=0 [ft-brc-asan]=1 [main-ft]=0 [main-ft-brc]=1 [ft-upstream]=0 [main-ft-upstream]=0)
+# Comparison flavours: the stock base plus another series of patches/<line>/
+# instead of the project's series (never shipped in an image or a tarball).
+declare -A FLAVOUR_SERIES=([ft-upstream]=compare/upstream.series
+    [main-ft-upstream]=compare/upstream.series)
 declare -A FLAVOUR_GIL=([gil]=True [ft]=False [ft-brc]=False [ft-brc-debug]=False
     [ft-tsan]=False [ft-brc-tsan]=False [ft-asan]=False [ft-brc-asan]=False
-    [main-ft]=False [main-ft-brc]=False)   # sys._is_gil_enabled()
+    [main-ft]=False [main-ft-brc]=False [ft-upstream]=False
+    [main-ft-upstream]=False)   # sys._is_gil_enabled()
 # Checking builds: no PGO/LTO even with --optimize (PGO under TSan would take an
 # hour and tells nothing; the debug build must stay -Og to be debuggable).
 declare -A FLAVOUR_CHECKING=([ft-brc-debug]=1 [ft-tsan]=1 [ft-brc-tsan]=1 [ft-asan]=1 [ft-brc-asan]=1)
@@ -56,6 +63,10 @@ CONFIGURE_FLAGS_ft_brc_debug=(--disable-gil --with-pydebug)
 CONFIGURE_FLAGS_main_ft=(--disable-gil)
 # shellcheck disable=SC2034
 CONFIGURE_FLAGS_main_ft_brc=(--disable-gil)
+# shellcheck disable=SC2034
+CONFIGURE_FLAGS_ft_upstream=(--disable-gil)
+# shellcheck disable=SC2034
+CONFIGURE_FLAGS_main_ft_upstream=(--disable-gil)
 # The sanitizer flavours are built with clang-16. TSan as CPython's own CI
 # builds it: clang, --with-pydebug. gcc's TSan does not model the atomic
 # fences CPython and mimalloc use and reports more noise.
@@ -127,7 +138,7 @@ main = a commit of CPython's main branch) and installs each FLAVOUR into
 \$CACHE/install/FLAVOUR, with DIST/FLAVOUR a symlink to it.
 
 Flavours:
-$(for f in "${VALID_FLAVOURS[@]}"; do printf '  %-13s %s\n' "$f" "${FLAVOUR_DESC[$f]}"; done)
+$(for f in "${VALID_FLAVOURS[@]}"; do printf '  %-16s %s\n' "$f" "${FLAVOUR_DESC[$f]}"; done)
 
 Options (each has an environment equivalent; the flag wins):
   --source PATH     BRC_MERGE_SOURCE   CPython tarball (.tgz/.tar.xz) or unpacked tree; for
@@ -739,6 +750,10 @@ full_key() {  # full_key FLAVOUR
         printf 'series %s\n' "$(series_key)"
         local p
         while read -r p; do printf 'patch %s\n' "$p"; done < <(series_patches)
+    elif [[ -n ${FLAVOUR_SERIES[$f]:-} ]]; then
+        local p
+        printf 'other-series %s %s\n' "${FLAVOUR_SERIES[$f]}" "$(series_key "$PATCHES/${FLAVOUR_SERIES[$f]}")"
+        while read -r p; do printf 'patch %s\n' "$p"; done < <(series_patches "$PATCHES/${FLAVOUR_SERIES[$f]}")
     else
         printf 'series none\n'
     fi
@@ -848,7 +863,7 @@ rejected_files() {
     ' | sort -u
 }
 
-apply_series() {  # apply_series DIR [SERIES_FILE]
+apply_series() {  # apply_series DIR [SERIES_FILE [LABEL]]
     local dir=$1 file=${2:-$SERIES_FILE} p out rc rejected pdir
     local -a patches
     pdir=$(dirname "$file")
@@ -870,7 +885,7 @@ apply_series() {  # apply_series DIR [SERIES_FILE]
                 "  fix: rebase $p onto CPython $PY_VERSION"
         fi
     done
-    note "${#patches[@]} ${2:+checking }patch(es)"
+    note "${#patches[@]} ${3-${2:+checking }}patch(es)"
 }
 
 stage_patch() {  # stage_patch FLAVOUR
@@ -883,6 +898,9 @@ stage_patch() {  # stage_patch FLAVOUR
     rm -f "$b/staging/.brc-merge-unpacked"
     if [[ ${FLAVOUR_PATCHED[$f]} == 1 ]]; then
         apply_series "$b/staging"
+    elif [[ -n ${FLAVOUR_SERIES[$f]:-} ]]; then
+        [[ -f $PATCHES/${FLAVOUR_SERIES[$f]} ]] || stage_fail "$f needs the series $PATCHES/${FLAVOUR_SERIES[$f]}, which does not exist"
+        apply_series "$b/staging" "$PATCHES/${FLAVOUR_SERIES[$f]}" "${FLAVOUR_SERIES[$f]} "
     else
         note "unpatched"
     fi
@@ -1123,13 +1141,16 @@ stage_update_checksums() {
     for p in "${patches[@]}"; do
         [[ -f $PATCHES/$p ]] || stage_fail "patch $p listed in $SERIES_FILE does not exist in $PATCHES"
     done
-    # The checking series apply to the base too (after the series or alone):
-    # the base files they touch are verified like the series' own.
-    mapfile -t checks < <(compgen -G "$PATCHES/checking/*.series" | sort)
+    # The checking and comparison series apply to the base too (after the
+    # series or alone): the base files they touch are verified like the
+    # series' own.
+    mapfile -t checks < <({ compgen -G "$PATCHES/checking/*.series"
+                            compgen -G "$PATCHES/compare/*.series"; } | sort)
     for c in "${checks[@]}"; do
+        local d=${c%/*}
         while read -r p; do
-            [[ -f $PATCHES/checking/$p ]] || stage_fail "patch $p listed in $c does not exist in $PATCHES/checking"
-            patches+=("checking/$p")
+            [[ -f $d/$p ]] || stage_fail "patch $p listed in $c does not exist in $d"
+            patches+=("${d#"$PATCHES"/}/$p")
         done < <(series_patches "$c")
     done
     # A file that an earlier patch of the series creates is not in the base.

@@ -17,8 +17,12 @@ import _util  # noqa: E402
 
 MiB = 1 << 20
 T1_ORDER = ["ft-brc-t0", "ft-brc", "ft-brc-d0", "ft-brc-t2", "ft-brc-t10",
-            "ft-brc-t100", "ft"]
-FLAVOUR_ORDER = ["gil", "ft", "ft-brc"]
+            "ft-brc-t100", "ft", "ft-upstream"]
+# ft-upstream: stock ft + a model of upstream's fix (bench/run.py)
+FLAVOUR_ORDER = ["gil", "ft", "ft-upstream", "ft-brc"]
+BURST_ORDER = FLAVOUR_ORDER + ["ft-brc-t0"]
+# what ft-brc is put beside in the goal rows
+STOCK = ["ft", "ft-upstream"]
 M1_ORDER = FLAVOUR_ORDER + ["ft-brc-d0"]
 M2_ORDER = FLAVOUR_ORDER + ["ft-brc-d0"]
 LABEL = {"ft-brc": "ft-brc (default, =1)", "ft-brc-t0": "ft-brc t=0 (off)",
@@ -35,13 +39,26 @@ GOAL_M2 = 1e-3      # ft-brc p99 free latency <= 1 ms
 GOAL_T1 = 1.02      # ft-brc default CPU time <= 1.02 x threshold 0
 GOAL_TORCH = 1.05   # ft-brc steady job memory <= 1.05 x gil
 GOAL_T2I = 1.005    # single-threaded instructions ft-brc (and t=0) <= x ft
+GOAL_BURST_SUSPENSIONS = 10     # ft-brc frees a blocked owner's burst in
+GOAL_BURST_LATENCY = 2e-3       # ... and lets it run within 2 ms of waking
 TORCH_SHAPES = ["current", "cam4", "cam8", "cam4-stack"]
 TORCH_REPROS = ["repro", "repro-stack"]
-TORCH_REPRO_CONFIGS = ["gil", "ft", "ft-brc", "ft-brc-t0"]
+TORCH_REPRO_CONFIGS = ["gil", "ft", "ft-upstream", "ft-brc", "ft-brc-t0"]
 
 
 def label(config):
     return LABEL.get(config, config)
+
+
+def stock_name(config):
+    """ft as "stock ft" in the goal rows; ft-upstream as it is."""
+    return "stock ft" if config == "ft" else config
+
+
+def beside(text):
+    """"; ft X; ft-upstream Y": text(config) of the configurations a goal
+    row puts ft-brc beside."""
+    return "".join("; %s %s" % (c, text(c)) for c in STOCK)
 
 
 # --------------------------------------------------------------------------
@@ -466,6 +483,156 @@ def t2i_section(results, info, goals):
 
 
 # --------------------------------------------------------------------------
+# burst (bm_burst.py)
+
+def burst_records(results):
+    """{config: {variant: [one record per round]}} of burst/<config>.jsonl."""
+    out = {}
+    for f in sorted((results / "burst").glob("*.jsonl")):
+        for line in f.read_text().splitlines():
+            rec = json.loads(line)
+            out.setdefault(f.stem, {}).setdefault(rec["variant"], []).append(
+                rec)
+    return out
+
+
+def fmt_med_max(values, fmt=fmt_time):
+    """median; max over rounds of the values that are not None."""
+    v = [x for x in values if x is not None]
+    return "%s; %s" % (fmt(statistics.median(v)), fmt(max(v))) if v else "n/a"
+
+
+def suspensions(recs):
+    """sys._brc_stats() suspensions from the drop until freed, per round;
+    [] where they are not counted (no sys._brc_stats())."""
+    return [r["brc_to_freed"]["suspensions"] for r in recs
+            if r.get("brc_to_freed")]
+
+
+def fmt_freed_by(rec):
+    return ", ".join("%s %d" % kv for kv in sorted(rec["freed_by"].items()))
+
+
+def fmt_released_at(recs):
+    """When the mid variant released the owner: the fraction of samples
+    freed by then (0: at the timeout, nothing was freed)."""
+    f = [r["released_at_fraction"] for r in recs]
+    return "%.0f%% [%.0f-%.0f%%]" % (100 * statistics.median(f), 100 * min(f),
+                                     100 * max(f))
+
+
+def burst_blocked_text(recs):
+    """A goal row's text for one configuration's blocked variant."""
+    freed = [r for r in recs if r["freed_while_blocked"]]
+    sus = suspensions(recs)
+    return "freed while blocked in %d of %d rounds%s, suspensions %s" % (
+        len(freed), len(recs),
+        " (%s)" % fmt_med_max([r["all_freed_s"] for r in freed])
+        if freed else "", fmt_med_max(sus, str) if sus else "not counted")
+
+
+def burst_mid_text(recs):
+    return "%s (released at %s freed)" % (
+        fmt_med_max([r["next_bytecode_s"] for r in recs]),
+        fmt_released_at(recs))
+
+
+def burst_section(results, info, goals):
+    md = []
+    w = md.append
+    w("## BURST: a million objects of a blocked owner dropped at once")
+    w("")
+    data = burst_records(results)
+    if not data:
+        w("skipped (%s)" % info["skipped"]["BURST"]
+          if "BURST" in info.get("skipped", {}) else "*not run*")
+        w("")
+        return md
+    some = next(r for v in data.values() for recs in v.values()
+                for r in recs)
+    w("bench/bm_burst.py: an owner thread builds a list of %d fresh small "
+      "objects, hands the only reference to the main thread and blocks in "
+      "os.read() on a pipe; the main thread drops the list and waits on a "
+      "lock. Weakref callbacks on the list and on %d of its items "
+      "timestamp the frees. *blocked*: the owner stays blocked until every "
+      "sample is freed, or none has been for %g s; *mid*: a third thread "
+      "releases it (a byte on its pipe) once %.0f%% of the samples are "
+      "freed (after %g s if none is), and the owner's next bytecode after "
+      "os.read() returns is timed from just before the write (stock ft: "
+      "the owner merges and frees the whole burst at its eval breaker "
+      "check right after the call); the owner then runs Python code until "
+      "all is freed. Suspensions: `sys._brc_stats()`, from the drop until "
+      "everything is freed; only ft-brc counts them (ft-upstream's design "
+      "suspends the owner once per object queued while it is detached). "
+      "Values: median; max over rounds."
+      % (some["objects"], some["samples"], some["timeout_s"],
+         100 * some["release_at"], some["mid_timeout_s"]))
+    w("")
+    w("| config | freed while blocked | drop -> all freed | drop -> list "
+      "freed | if not: release -> all freed | suspensions | enqueued / "
+      "merged on behalf / suspend failed (last round) | samples freed by "
+      "(last round) |")
+    w("|---|---|---|---|---|---|---|---|")
+    order = [c for c in BURST_ORDER if c in data] + sorted(
+        set(data) - set(BURST_ORDER))
+    for config in order:
+        recs = data[config].get("blocked")
+        if not recs:
+            continue
+        freed = [r for r in recs if r["freed_while_blocked"]]
+        st = recs[-1].get("brc_to_freed")
+        w("| %s | %d of %d | %s | %s | %s | %s | %s | %s |" % (
+            label(config), len(freed), len(recs),
+            fmt_med_max([r["all_freed_s"] for r in freed]),
+            fmt_med_max([r["box_freed_s"] for r in freed]),
+            fmt_med_max([r["after_release_s"] for r in recs
+                         if not r["freed_while_blocked"]]),
+            fmt_med_max(suspensions(recs), str),
+            "%d / %d / %d" % (st["enqueued"], st["merged_on_behalf"],
+                              st["suspend_failed"]) if st else "n/a",
+            fmt_freed_by(recs[-1])))
+    w("")
+    w("| config | mid: released at (samples freed) | release -> owner's next "
+      "bytecode | drop -> all freed | suspensions | samples freed by (last "
+      "round) |")
+    w("|---|---|---|---|---|---|")
+    for config in order:
+        recs = data[config].get("mid")
+        if recs:
+            w("| %s | %s | %s | %s | %s | %s |" % (
+                label(config), fmt_released_at(recs),
+                fmt_med_max([r["next_bytecode_s"] for r in recs]),
+                fmt_med_max([r["all_freed_s"] for r in recs]),
+                fmt_med_max(suspensions(recs), str), fmt_freed_by(recs[-1])))
+    w("")
+
+    def text(fn, variant):
+        return lambda c: fn(data[c][variant]) if variant in data.get(
+            c, {}) else "n/a"
+    recs = data.get("ft-brc", {})
+    if recs.get("blocked"):
+        sus = suspensions(recs["blocked"])
+        goals.append(("BURST: ft-brc frees a blocked owner's burst while it "
+                      "stays blocked, in <= %d suspensions (every round; %s "
+                      "beside)" % (GOAL_BURST_SUSPENSIONS, ", ".join(STOCK)),
+                      "ft-brc %s%s" % (
+                          burst_blocked_text(recs["blocked"]),
+                          beside(text(burst_blocked_text, "blocked"))),
+                      bool(sus) and max(sus) <= GOAL_BURST_SUSPENSIONS and
+                      all(r["freed_while_blocked"] for r in recs["blocked"])))
+    if recs.get("mid"):
+        lat = [r["next_bytecode_s"] for r in recs["mid"]]
+        goals.append(("BURST: an owner released in the middle of the burst "
+                      "runs its next bytecode within %.0f ms (ft-brc, max "
+                      "over rounds; %s beside)"
+                      % (GOAL_BURST_LATENCY * 1e3, ", ".join(STOCK)),
+                      "ft-brc %s%s" % (burst_mid_text(recs["mid"]),
+                                       beside(text(burst_mid_text, "mid"))),
+                      max(lat) <= GOAL_BURST_LATENCY))
+    return md
+
+
+# --------------------------------------------------------------------------
 # torch
 
 def torch_timelines(results, name, config):
@@ -525,7 +692,8 @@ def plot_torch(results, out):
             shapes.append((name, runs))
     if not shapes:
         return False
-    colors = {"gil": "tab:green", "ft": "tab:red", "ft-brc": "tab:blue"}
+    colors = {"gil": "tab:green", "ft": "tab:red", "ft-upstream": "tab:orange",
+              "ft-brc": "tab:blue"}
     fig, axes = plt.subplots(len(shapes), 1,
                              figsize=(9, 1.0 + 2.6 * len(shapes)),
                              squeeze=False)
@@ -617,12 +785,13 @@ def torch_section(results, suites, info, goals):
                 "; %d" % later["queue_length"] if later else "",
                 fmt_frees(last["after_timeout"]["frees"])))
             if config == "ft-brc":
-                ft = [x["result"]["after_drop"]["mapped"]
-                      for x in repro["ft"].values()]
                 goals.append(("TORCH %s: ft-brc MiB of /dev/shm/torch "
-                              "mapped after the drop = 0 (ft beside)" % name,
-                              "ft-brc %s; ft %s" % (fmt_mib_range(drop),
-                                                    fmt_mib_range(ft)),
+                              "mapped after the drop = 0 (%s beside)"
+                              % (name, ", ".join(STOCK)),
+                              "ft-brc %s%s" % (fmt_mib_range(drop), beside(
+                                  lambda c: fmt_mib_range(
+                                      [x["result"]["after_drop"]["mapped"]
+                                       for x in repro[c].values()]))),
                               max(drop) == 0))
     if any_repro:
         w("")
@@ -714,7 +883,6 @@ def torch_section(results, suites, info, goals):
         w("")
         b = get_bench(suites, "ft-brc", "torch_%s_job_steady" % name)
         ref = get_bench(suites, "gil", "torch_%s_job_steady" % name)
-        bft = get_bench(suites, "ft", "torch_%s_job_steady" % name)
         t0 = get_bench(suites, "ft-brc-t0", "torch_%s_job_steady" % name)
         if b and t0:
             a = get_bench(suites, "ft-brc", "torch_%s_anon_steady" % name)
@@ -727,11 +895,13 @@ def torch_section(results, suites, info, goals):
             w("")
         if b and ref:
             r = round_ratios(b, ref)
+
+            def steady(c):
+                other = get_bench(suites, c, "torch_%s_job_steady" % name)
+                return fmt_ratio(round_ratios(other, ref)) if other else "n/a"
             goals.append(("TORCH %s: ft-brc steady job memory / gil <= %.2f "
-                          "(ft beside)" % (name, GOAL_TORCH),
-                          "ft-brc %s; ft %s" % (
-                              fmt_ratio(r), fmt_ratio(round_ratios(bft, ref))
-                              if bft else "n/a"),
+                          "(%s beside)" % (name, GOAL_TORCH, ", ".join(STOCK)),
+                          "ft-brc %s%s" % (fmt_ratio(r), beside(steady)),
                           statistics.median(r) <= GOAL_TORCH))
     if rows_any and plot_torch(results, results / "torch_memory.png"):
         w("![torch job memory over time](torch_memory.png)")
@@ -776,6 +946,9 @@ def write_report(results):
       % (str(mach.get("series_sha256", ""))[:16],
          ", ".join("%s %s" % (k[:4], v)
                    for k, v in mach.get("patches", {}).items())))
+    if mach.get("compare_patches"):
+        w("| ft-upstream's model | %s |" % ", ".join(
+            "%s %s" % kv for kv in mach["compare_patches"].items()))
     for f, d in mach.get("flavours", {}).items():
         w("| %s | %s; configure `%s`; build key %s |"
           % (f, d.get("version"), d.get("configure"),
@@ -797,6 +970,14 @@ def write_report(results):
       "all values. The machine is noisy (a shared VM whose speed was seen "
       "to change by up to 2x between and even within processes), so trust "
       "compare_to's significance and the ranges more than single numbers.")
+    w("")
+    w("*ft-upstream* is stock ft plus `patches/%s/compare/"
+      "upstream-model.patch`, a model of the fix merged upstream for "
+      "gh-157838: a thread that queues an object to a detached owner "
+      "suspends it, merges its whole queue and frees the objects inside "
+      "that Py_DECREF. It has no `sys._brc_stats()` and no knobs; it runs "
+      "wherever stock ft runs with threads, and is skipped when not built."
+      % info.get("line", "3.14"))
     w("")
     w("GOALS_PLACEHOLDER")
     w("")
@@ -874,7 +1055,7 @@ def write_report(results):
             w("Steady RSS, ft-brc (grace period) / ft-brc delay 0 (none): "
               "%s per round." % fmt_ratio(round_ratios(b, ref)))
             w("")
-        c = compare_to(results, "gil", ["ft", "ft-brc", "ft-brc-d0"],
+        c = compare_to(results, "gil", M1_ORDER[1:],
                        [m for m, _ in metrics], suites)
         if c:
             w("```\n%s\n```" % c)
@@ -921,7 +1102,8 @@ def write_report(results):
         w("")
 
     # ---- T1
-    w("## T1: hand-off cost (one ft-brc binary across thresholds, and ft)")
+    w("## T1: hand-off cost (one ft-brc binary across thresholds, ft and "
+      "ft-upstream)")
     w("")
     w("pingpong: queue.Queue ping-pong of small objects between two threads "
       "(values per round trip); clear: one thread clears 2 x 5000 small "
@@ -950,12 +1132,14 @@ def write_report(results):
                     goals.append(("T1 %s: default threshold CPU / threshold 0"
                                   " <= %.2f" % (name, GOAL_T1), fmt_ratio(r),
                                   statistics.median(r) <= GOAL_T1))
-                ft = get_bench(suites, "ft", name)
-                r = round_ratios(b, ft) if ft else None
-                if r:
-                    goals.append(("T1 %s: default threshold CPU / stock ft"
-                                  " <= %.2f" % (name, GOAL_T1), fmt_ratio(r),
-                                  statistics.median(r) <= GOAL_T1))
+                for stock in STOCK:
+                    other = get_bench(suites, stock, name)
+                    r = round_ratios(b, other) if other else None
+                    if r:
+                        goals.append(("T1 %s: default threshold CPU / %s <= "
+                                      "%.2f" % (name, stock_name(stock),
+                                                GOAL_T1), fmt_ratio(r),
+                                      statistics.median(r) <= GOAL_T1))
         if any_b:
             rows.append("| %s | %s |" % (label(config), " | ".join(cells)))
     if rows:
@@ -997,22 +1181,24 @@ def write_report(results):
                           % (what, c["threshold"], GOAL_T1), text,
                           med <= GOAL_T1))
         w("")
-    for fname, what in (("t1_vs_ft.json", "ping-pong"),
-                        ("t1_vs_ft_clear.json", "clear")):
-        tp = results / fname
+    runs = [(stock, suffix, what) for stock in STOCK
+            for suffix, what in (("", "ping-pong"), ("_clear", "clear"))]
+    for stock, suffix, what in runs:
+        tp = results / ("t1_vs_%s%s.json" % (stock, suffix))
         if not tp.exists():
             continue
         d = json.loads(tp.read_text())
         med, lo, hi, text = median_iqr(d["ratios"])
-        w("**%s against stock ft** (bench/t1_vs_ft.py): %d pairs of short "
-          "processes, ft-brc and ft back to back in alternating order, each "
+        w("**%s against %s** (bench/t1_vs_ft.py): %d pairs of short "
+          "processes, ft-brc and %s back to back in alternating order, each "
           "timing %d blocks of %d after a warm-up: median of the per-pair "
           "CPU ratios %.4f× [interquartile range %.4f–%.4f]."
-          % (what.capitalize(), len(d["ratios"]), d["blocks"], d["block"],
-             med, lo, hi))
+          % (what.capitalize(), stock_name(stock), len(d["ratios"]), stock,
+             d["blocks"], d["block"], med, lo, hi))
         w("")
-        goals.append(("T1 %s against stock ft, alternating processes: "
-                      "ft-brc CPU / ft <= %.2f" % (what, GOAL_T1), text,
+        goals.append(("T1 %s against %s, alternating processes: "
+                      "ft-brc CPU / %s <= %.2f"
+                      % (what, stock_name(stock), stock, GOAL_T1), text,
                       med <= GOAL_T1))
     cg = results / "callgrind.json"
     if cg.exists():
@@ -1054,6 +1240,8 @@ def write_report(results):
     elif info.get("mode") == "fast":
         w("Callgrind instruction counts: full `make bench` only.")
         w("")
+
+    md.extend(burst_section(results, info, goals))
 
     # ---- T2
     w("## T2: single-threaded workloads (no cost elsewhere)")

@@ -5,7 +5,10 @@ Runs under the host venv (.venv, with bench/requirements.txt: pyperf,
 matplotlib, pyperformance).  For every flavour in dist/ it makes a venv
 bench/.venvs/<flavour> (from dist/<flavour>/bin/python3, with pyperf) and
 runs the bench/bm_*.py scripts with it.  A *configuration* is a flavour plus
-environment (the ft-brc threshold knob), e.g. ft-brc-t0.
+environment (the ft-brc threshold knob), e.g. ft-brc-t0.  ft-upstream
+(stock ft plus patches/<line>/compare/upstream-model.patch, a model of the
+fix upstream merged for gh-157838; built on demand: ./build.sh ft-upstream)
+runs wherever stock ft runs with threads; it is skipped when not built.
 
 Configurations and benchmarks are interleaved: every round runs every
 benchmark group once per configuration, in an order rotated each round, and
@@ -16,10 +19,11 @@ Ratios are computed per round and summarised as median [min-max].
     bench/run.py --mode fast|full [--results DIR] [--groups M1,M2,...]
     bench/run.py --report-only DIR        # redo tables, plots, report.md
 
-Groups: M1 (memory), M2 (free latency), T1 (hand-off cost), T2 (single
-thread), CG (callgrind of a tiny T1 workload, full only), T2I (T2 in
-instructions: cachegrind on single-threaded pyperformance benchmarks, the
-gate ft-brc and threshold 0 <= 1.005 x ft; full only, about 4.5 minutes),
+Groups: M1 (memory), M2 (free latency), T1 (hand-off cost), BURST (a
+million objects of a blocked owner dropped at once), T2 (single thread),
+CG (callgrind of a tiny T1 workload, full only), T2I (T2 in instructions:
+cachegrind on single-threaded pyperformance benchmarks, the gate ft-brc
+and threshold 0 <= 1.005 x ft; full only, about 4.5 minutes),
 PP (pyperformance, full only), TORCH (full only, opt-in with BENCH_TORCH=1).
 T2I counts instructions of single-threaded code, which do not depend on the
 machine's load: a run of T2I alone does not wait for a running build.
@@ -45,7 +49,7 @@ import report  # noqa: E402
 
 KNOB = "PYTHON_BRC_MERGE_THRESHOLD"
 DELAY_KNOB = "PYTHON_BRC_MERGE_DELAY"
-FLAVOURS = ("gil", "ft", "ft-brc")
+FLAVOURS = ("gil", "ft", "ft-brc", "ft-upstream")
 VENVS = BENCH / ".venvs"
 FLAVOUR_REQUIREMENTS = BENCH / "requirements-flavour.txt"
 TORCH_SPEC = os.environ.get("BENCH_TORCH_SPEC", "torch==2.14.1")
@@ -58,23 +62,27 @@ TORCH_MIN_FREE_GB = 8
 # -stack variants use a user's collate_fn, so that the queue's feeder thread
 # moves each batch to shared memory (see bm_torch_dataloader.py).
 TORCH_PLAN = [
-    ("repro", ["--shape", "repro"], ["gil", "ft", "ft-brc", "ft-brc-t0"]),
+    ("repro", ["--shape", "repro"],
+     ["gil", "ft", "ft-upstream", "ft-brc", "ft-brc-t0"]),
     ("repro-stack", ["--shape", "repro", "--collate", "stack", "--name",
-                     "repro-stack"], ["gil", "ft", "ft-brc", "ft-brc-t0"]),
-    ("current", ["--shape", "current"], ["gil", "ft", "ft-brc"]),
+                     "repro-stack"],
+     ["gil", "ft", "ft-upstream", "ft-brc", "ft-brc-t0"]),
+    ("current", ["--shape", "current"],
+     ["gil", "ft", "ft-upstream", "ft-brc"]),
     ("cam4", ["--shape", "cameras", "--workers", "4", "--name", "cam4"],
-     ["gil", "ft", "ft-brc"]),
+     ["gil", "ft", "ft-upstream", "ft-brc"]),
     ("cam8", ["--shape", "cameras", "--workers", "8", "--name", "cam8"],
-     ["gil", "ft", "ft-brc"]),
+     ["gil", "ft", "ft-upstream", "ft-brc"]),
     ("cam4-stack", ["--shape", "cameras", "--workers", "4", "--collate",
                     "stack", "--name", "cam4-stack"],
-     ["gil", "ft", "ft-brc"]),
+     ["gil", "ft", "ft-upstream", "ft-brc"]),
 ]
 
 # name -> (flavour, extra environment)
 CONFIGS = {
     "gil": ("gil", {}),
     "ft": ("ft", {}),
+    "ft-upstream": ("ft-upstream", {}),   # stock ft + the upstream model
     "ft-brc": ("ft-brc", {}),   # default threshold (1) and delay (500 us)
     "ft-brc-d0": ("ft-brc", {DELAY_KNOB: "0"}),   # no grace period (0005)
     "ft-brc-t0": ("ft-brc", {KNOB: "0"}),
@@ -84,13 +92,17 @@ CONFIGS = {
 }
 FLAVOUR_CONFIGS = ["gil", "ft", "ft-brc"]
 # M1 and M2 also run ft-brc without the grace period (patch 0005), side by
-# side: what the period costs in memory held and in free latency.
-M1_CONFIGS = FLAVOUR_CONFIGS + ["ft-brc-d0"]
-M2_CONFIGS = FLAVOUR_CONFIGS + ["ft-brc-d0"]
+# side: what the period costs in memory held and in free latency.  The
+# groups with threads put ft-upstream beside stock ft (single-threaded code,
+# T2, T2I and PP, never reaches the code it changes).
+M1_CONFIGS = ["gil", "ft", "ft-upstream", "ft-brc", "ft-brc-d0"]
+M2_CONFIGS = list(M1_CONFIGS)
 T1_CONFIGS = ["ft-brc-t0", "ft-brc", "ft-brc-d0", "ft-brc-t2", "ft-brc-t10",
-              "ft-brc-t100", "ft"]
+              "ft-brc-t100", "ft", "ft-upstream"]
+# threshold 0 is stock behaviour in the patched binary
+BURST_CONFIGS = ["gil", "ft", "ft-upstream", "ft-brc", "ft-brc-t0"]
 T2I_CONFIGS = ["ft", "ft-brc", "ft-brc-t0"]
-GROUPS = ["M1", "M2", "T1", "T2", "CG", "T2I", "PP", "TORCH"]
+GROUPS = ["M1", "M2", "T1", "BURST", "T2", "CG", "T2I", "PP", "TORCH"]
 # Groups whose results are instruction counts of single-threaded code: they
 # do not depend on the load, so a run of only these does not wait for builds.
 LOAD_FREE_GROUPS = {"T2I"}
@@ -110,39 +122,46 @@ def use_line(line):
             del CONFIGS[name]
         else:
             CONFIGS[name] = (f"{line}-{flavour}", extra)
-    FLAVOUR_CONFIGS[:] = [c for c in FLAVOUR_CONFIGS if c in CONFIGS]
-    M1_CONFIGS[:] = [c for c in M1_CONFIGS if c in CONFIGS]
-    M2_CONFIGS[:] = [c for c in M2_CONFIGS if c in CONFIGS]
-    T1_CONFIGS[:] = [c for c in T1_CONFIGS if c in CONFIGS]
-    T2I_CONFIGS[:] = [c for c in T2I_CONFIGS if c in CONFIGS]
+    for configs in (FLAVOUR_CONFIGS, M1_CONFIGS, M2_CONFIGS, T1_CONFIGS,
+                    BURST_CONFIGS, T2I_CONFIGS):
+        configs[:] = [c for c in configs if c in CONFIGS]
 
 
 # Per-mode settings.  fast: <= 3 minutes on 2 cores with warm venvs.
 MODES = {
     "fast": {
-        "groups": ["M1", "M2", "T1", "T2"],
-        "rounds": {"M1": 3, "M2": 3, "T1": 3, "T2": 4},
+        "groups": ["M1", "M2", "T1", "BURST", "T2"],
+        "rounds": {"M1": 3, "M2": 3, "T1": 3, "BURST": 3, "T2": 4},
         "m1_args": ["--steps", "8"],
         "m2_args": ["--samples", "30"],
+        # stock ft keeps the burst until the timeout in every round
+        "burst_args": ["--timeout", "1"],
         "pyperf_args": {"T1": ["-p", "1", "-n", "3", "-w", "1"],
                         "T2": ["-p", "1", "-n", "3", "-w", "1"]},
         "t1_paired_pairs": 60,
         "t1_vs_ft_pairs": 10,
+        # t1_vs_ft.py against these (ft-upstream's ~45 s would take fast
+        # mode past 3 minutes; its per-round T1 ratios are there)
+        "t1_vs": ["ft"],
     },
     "full": {
-        "groups": ["M1", "M2", "T1", "T2", "CG", "T2I", "PP", "TORCH"],
-        "rounds": {"M1": 6, "M2": 4, "T1": 5, "T2": 3, "TORCH": 3},
+        "groups": ["M1", "M2", "T1", "BURST", "T2", "CG", "T2I", "PP",
+                   "TORCH"],
+        "rounds": {"M1": 6, "M2": 4, "T1": 5, "BURST": 5, "T2": 3,
+                   "TORCH": 3},
         "m1_args": ["--steps", "20"],
         "m2_args": ["--samples", "60"],
+        "burst_args": ["--timeout", "10"],
         "pyperf_args": {"T1": ["-p", "2", "-n", "5", "-w", "1"],
                         "T2": ["-p", "4", "-n", "4", "-w", "1"]},
         # T1 ping-pong and clear paired in one ft-brc process each
         # (t1_paired.py), after T1's rounds: threshold 1 and 0 alternating
         # (~30 s and ~50 s for 300 pairs here).
         "t1_paired_pairs": 300,
-        # ... and against stock ft in pairs of processes (t1_vs_ft.py; ~40 s
-        # and ~70 s for 40 pairs).
+        # ... and against stock ft and ft-upstream in pairs of processes
+        # (t1_vs_ft.py; against ft ~40 s and ~70 s for 40 pairs).
         "t1_vs_ft_pairs": 40,
+        "t1_vs": ["ft", "ft-upstream"],
         "callgrind_n": 100,
         "callgrind_reps": 2,
         "pyperformance": ["nbody", "richards", "float", "deltablue",
@@ -164,6 +183,7 @@ MODES = {
 }
 GROUP_SCRIPT = {"M1": "bm_m1_memory.py", "M2": "bm_m2_latency.py",
                 "T1": "bm_t1_handoff.py", "T2": "bm_t2_single.py",
+                "BURST": "bm_burst.py",
                 "TORCH": "bm_torch_dataloader.py"}
 
 
@@ -303,6 +323,9 @@ class Bench:
             cmd += self.cfg["m1_args"]
         elif group == "M2":
             cmd += ["-o", str(self.out(config))] + self.cfg["m2_args"]
+        elif group == "BURST":          # JSON lines, one per variant
+            cmd += ["-o", str(self.results / "burst" / (config + ".jsonl"))]
+            cmd += self.cfg["burst_args"]
         elif group == "TORCH":
             cmd += ["-o", str(self.out(config))] + list(extra)
         else:
@@ -653,7 +676,7 @@ class Bench:
                                                 TORCH_MIN_FREE_GB))
         log("TORCH %s: installing %s + numpy into %s with that venv's pip "
             "(your pip configuration: index, find-links). The wheels are "
-            "about 3 GB per ABI (cp314 for gil, cp314t for ft and ft-brc; "
+            "about 3 GB per ABI (cp314 for gil, cp314t for free-threading; "
             "downloaded once into pip's cache), installed about 5 GB per "
             "venv; %.0f GB free. Takes 1-5 minutes."
             % (flavour, TORCH_SPEC, venv.relative_to(ROOT), free))
@@ -683,8 +706,9 @@ class Bench:
                 "bench-fast/CI)" % TORCH_SPEC)
             return
         ok = []
-        for flavour in [CONFIGS[c][0] for c in FLAVOUR_CONFIGS
-                        if CONFIGS[c][0] in self.pythons]:
+        flavours = {CONFIGS[c][0]: None for _, _, configs in TORCH_PLAN
+                    for c in configs if c in CONFIGS}   # ordered, unique
+        for flavour in [f for f in flavours if f in self.pythons]:
             why = self.torch_ready(flavour)
             if why:
                 self.skipped["TORCH/" + flavour] = why
@@ -729,9 +753,9 @@ class Bench:
 
     def run_t1_paired(self):
         """T1 ping-pong and clear, threshold 1 against 0 alternating in one
-        ft-brc process (bench/t1_paired.py), and ft-brc against stock ft in
-        alternating processes (bench/t1_vs_ft.py): the rounds above move by
-        +-30 % on this VM, more than the 2 % goal."""
+        ft-brc process (bench/t1_paired.py), and ft-brc against stock ft and
+        ft-upstream in alternating processes (bench/t1_vs_ft.py): the rounds
+        above move by +-30 % on this VM, more than the 2 % goal."""
         flavour = CONFIGS["ft-brc"][0]
         if flavour not in self.pythons:
             self.skipped["T1P"] = "needs ft-brc built"
@@ -745,19 +769,23 @@ class Bench:
                 str(self.pythons[flavour]), str(BENCH / "t1_paired.py"),
                 "--workload", workload, "--round-trips", str(block),
                 "--pairs", str(pairs), "--json", str(self.results / out)])
-        ft = CONFIGS["ft"][0]
-        if ft not in self.pythons:
-            self.skipped["T1P/ft"] = "needs ft built"
-            return
-        for workload, out in (("pingpong", "t1_vs_ft.json"),
-                              ("clear", "t1_vs_ft_clear.json")):
-            self.run_tool(workload + "/ft", [
-                sys.executable, str(BENCH / "t1_vs_ft.py"),
-                "--workload", workload,
-                "--pairs", str(self.cfg.get("t1_vs_ft_pairs", 10)),
-                "--python", str(self.pythons[flavour]),
-                "--against", str(self.pythons[ft]),
-                "--json", str(self.results / out)])
+        for against in ("ft", "ft-upstream"):
+            if against not in self.cfg["t1_vs"]:
+                self.skipped["T1P/" + against] = "full `make bench` only"
+                continue
+            if CONFIGS[against][0] not in self.pythons:
+                self.skipped["T1P/" + against] = "needs %s built" % against
+                continue
+            # t1_vs_ft.json, t1_vs_ft_clear.json, t1_vs_ft-upstream.json...
+            for workload, suffix in (("pingpong", ""), ("clear", "_clear")):
+                self.run_tool(workload + "/" + against, [
+                    sys.executable, str(BENCH / "t1_vs_ft.py"),
+                    "--workload", workload,
+                    "--pairs", str(self.cfg.get("t1_vs_ft_pairs", 10)),
+                    "--python", str(self.pythons[flavour]),
+                    "--against", str(self.pythons[CONFIGS[against][0]]),
+                    "--json", str(self.results / ("t1_vs_%s%s.json"
+                                                  % (against, suffix)))])
 
     # -- main -------------------------------------------------------------
 
@@ -770,10 +798,11 @@ class Bench:
                                          "missing; ./build.sh %s)"
                                          % (dist_dir(), flavour, flavour))
                 log("skipping flavour %s: not built" % flavour)
-        (self.results / "timelines").mkdir(parents=True, exist_ok=True)
+        for sub in ("timelines", "burst"):
+            (self.results / sub).mkdir(parents=True, exist_ok=True)
         self.check_knob()
-        plan = [("M1", M1_CONFIGS), ("M2", M2_CONFIGS),
-                ("T1", T1_CONFIGS), ("T2", FLAVOUR_CONFIGS)]
+        plan = [("M1", M1_CONFIGS), ("M2", M2_CONFIGS), ("T1", T1_CONFIGS),
+                ("BURST", BURST_CONFIGS), ("T2", FLAVOUR_CONFIGS)]
         # Interleave: round r of every group before round r+1 of any.
         timed = [(g, c) for g, c in plan if g in self.groups]
         max_rounds = max([self.rounds(g) for g, _ in timed] or [0])
@@ -824,15 +853,21 @@ def machine_info():
         for line in f:
             if line.startswith("MemTotal"):
                 mem = "%.1f GiB" % (int(line.split()[1]) / 1048576)
+    def series_hashes(series_file):
+        """sha256 of a series file and its patches, and of each patch."""
+        h = hashlib.sha256(series_file.read_bytes())
+        per_patch = {}
+        for line in series_file.read_text().splitlines():
+            name = line.strip()
+            if name and not name.startswith("#"):
+                data = (series_file.parent / name).read_bytes()
+                h.update(data)
+                per_patch[name] = hashlib.sha256(data).hexdigest()[:12]
+        return h.hexdigest(), per_patch
+
     patches = ROOT / "patches" / "3.14"
-    series = [l.strip() for l in (patches / "series").read_text().splitlines()
-              if l.strip() and not l.startswith("#")]
-    h = hashlib.sha256((patches / "series").read_bytes())
-    per_patch = {}
-    for name in series:
-        data = (patches / name).read_bytes()
-        h.update(data)
-        per_patch[name] = hashlib.sha256(data).hexdigest()[:12]
+    series_sha, per_patch = series_hashes(patches / "series")
+    compare = patches / "compare" / "upstream.series"
     info = {
         "nproc": os.cpu_count(),
         "cpu": cpu,
@@ -841,8 +876,11 @@ def machine_info():
         "commit": sh("git", "rev-parse", "--short", "HEAD"),
         "dirty": bool(sh("git", "status", "--porcelain", "--",
                          "patches", "bench")),
-        "series_sha256": h.hexdigest(),
+        "series_sha256": series_sha,
         "patches": per_patch,
+        # ft-upstream's model of upstream's fix
+        "compare_patches": series_hashes(compare)[1] if compare.exists()
+        else {},
         "flavours": {},
     }
     for flavour in FLAVOURS:

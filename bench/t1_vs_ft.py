@@ -8,6 +8,7 @@ pattern (time.process_time(), as in bm_t1_handoff), and reports the median
 CPU time per round trip (or round) of its blocks; the ratio of the two
 medians is the pair's. Start-up and imports are outside the timing. The
 result is the median of the per-pair ratios, with the interquartile range.
+bench/run.py runs it against ft and against ft-upstream (--against).
 
     .venv/bin/python bench/t1_vs_ft.py [--workload pingpong|clear]
         [--pairs P] [--blocks B] [--block N]

@@ -6,7 +6,7 @@ FLAVOURS are the three 3.14 flavours every build and test run covers
 (test_build.py parametrizes over them and passes them to `build.sh --check`);
 MAIN_FLAVOURS are the stock and patched free-threaded builds of CPython main
 (`make test` builds them too); EXTRA_FLAVOURS are optional instrumented builds
-that dist_python() also accepts.
+and COMPARE_FLAVOURS the model of upstream's fix, which dist_python() also accepts.
 """
 import os
 from pathlib import Path
@@ -17,6 +17,8 @@ ROOT = Path(__file__).resolve().parent.parent
 FLAVOURS = ("gil", "ft", "ft-brc")
 MAIN_FLAVOURS = ("main-ft", "main-ft-brc")
 EXTRA_FLAVOURS = ("ft-brc-debug", "ft-tsan", "ft-brc-tsan", "ft-asan", "ft-brc-asan")
+# The model of the fix upstream merged (patches/<line>/compare), for `make compare`.
+COMPARE_FLAVOURS = ("ft-upstream", "main-ft-upstream")
 
 
 def dist_dir() -> Path:
@@ -26,7 +28,7 @@ def dist_dir() -> Path:
 
 def dist_python(flavour: str) -> Path:
     """dist/<flavour>/bin/python3; skips the calling test if that flavour is not built."""
-    known = FLAVOURS + MAIN_FLAVOURS + EXTRA_FLAVOURS
+    known = FLAVOURS + MAIN_FLAVOURS + EXTRA_FLAVOURS + COMPARE_FLAVOURS
     if flavour not in known:
         raise ValueError(f"unknown flavour {flavour!r}; expected one of {known}")
     py = dist_dir() / flavour / "bin" / "python3"

@@ -729,3 +729,32 @@ def test_concurrent_builds_of_a_flavour_serialize(fake):
     assert proc.returncode == 0, out
     assert "waiting for another build.sh" in out
     assert (fake.dist / "ft").is_symlink()
+
+
+# --------------------------------------------------------------------------- the comparison model
+@pytest.mark.parametrize("line", ["3.14", "main"])
+def test_upstream_model_applies_with_zero_fuzz(line):
+    """patches/<line>/compare/upstream-model.patch (flavour ft-upstream) still
+    applies to the pinned base exactly, without building anything."""
+    env = clean_env()
+    for k in ("BRC_MERGE_CACHE", "BRC_MERGE_SOURCE"):
+        if os.environ.get(k):
+            env[k] = os.environ[k]
+    conf = subprocess.run([str(BUILD_SH), "--line", line, "--print-config"], env=env,
+                          capture_output=True, text=True, check=True).stdout
+    cache = re.search(r"^BRC_MERGE_CACHE=(.*)$", conf, re.M).group(1)
+    base = (ROOT / "patches" / line / "base").read_text()
+    commit = re.search(r"^COMMIT=(\w+)", base, re.M)
+    name = "cpython-" + commit.group(1) if commit else "Python-" + \
+        re.search(r"^PY_VERSION=(\S+)", base, re.M).group(1)
+    tree = Path(cache) / "sources" / name
+    assert (tree / "Python" / "brc.c").is_file(), \
+        f"no {line} source tree at {tree}: build a flavour of that line first (make test does)"
+    series = ROOT / "patches" / line / "compare" / "upstream.series"
+    names = [ln.split("#")[0].strip() for ln in series.read_text().splitlines()]
+    assert [n for n in names if n] == ["upstream-model.patch"]
+    p = subprocess.run(["patch", "--dry-run", "-p1", "--fuzz=0", "-f", "-d", str(tree),
+                        "-i", str(series.parent / "upstream-model.patch")],
+                       capture_output=True, text=True)
+    assert p.returncode == 0 and "offset" not in p.stdout and "fuzz" not in p.stdout, \
+        p.stdout + p.stderr

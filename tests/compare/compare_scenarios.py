@@ -1,0 +1,203 @@
+"""`make compare`: gil, ft, ft-upstream and ft-brc side by side on
+public-API scenarios, each cell with the outcome expected of that flavour.
+
+ft-upstream is stock free-threaded CPython plus a model of the fix upstream
+merged for gh-157838 (patches/<line>/compare/upstream-model.patch): it has
+no sys._brc_stats(), so every row here judges by weakref finalisers, the
+thread they ran in, RSS and timing only.  `make test` does not collect this
+file (its name does not start with test_); `make compare` names it.
+
+Outcomes:
+  frees          freed while the owner stays blocked, in every trial
+  retains        freed only once the owner wakes (or a GC runs), every trial
+  leaves behind  racy: some trials retain; reported as counts over the
+                 trials, not asserted (only that nothing leaks)
+Rows that measure something other than frees (where destructors run, the
+cost of freeing asyncio Tasks off their thread) assert their expected value
+where it is deterministic and report the rest.  The expected outcomes of
+ft-brc are those of the series as it is (issue 25 lists its defects A-D);
+the report, tests/results/compare-<line>.md, has every cell's numbers.
+BRC_MERGE_COMPARE_LINE=main (`make compare-main`) runs CPython main's
+flavours (no gil).  BRC_MERGE_COMPARE_TRIALS=N changes the racy rows' trials.
+"""
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from conftest import ROOT, dist_python
+from test_scenarios import SCENARIO_DIR, TIMEOUT, clean_env, run_scenario
+
+LINE = os.environ.get("BRC_MERGE_COMPARE_LINE", "3.14")
+TRIALS = int(os.environ.get("BRC_MERGE_COMPARE_TRIALS", "10"))
+PREFIX = "" if LINE == "3.14" else LINE + "-"
+COLUMNS = [f for f in ("gil", "ft", "ft-upstream", "ft-brc")
+           if PREFIX == "" or f != "gil"]
+REPORT = ROOT / "tests" / "results" / f"compare-{LINE}.md"
+
+F, R, L = "frees", "retains", "leaves behind"
+
+# row -> (scenario arguments, trials, {flavour: expected}, why)
+# blocking.py: the owner is parked before the drop; -nowait drops as soon as
+# it is past its last eval breaker check, so the drop may land while it
+# still spins attached before it parks.
+BLOCKING = {
+    kind: (["blocking.py", "--kind", kind], 1,
+           {"gil": F, "ft": R, "ft-upstream": F, "ft-brc": F}, "")
+    for kind in ("event", "condition", "sleep", "lock", "select", "queue")
+}
+BLOCKING["mp-queue"] = (["mp_queue.py"], 1,
+                        {"gil": F, "ft": R, "ft-upstream": F, "ft-brc": F},
+                        "a DataLoader-like feeder thread")
+for kind in ("event", "condition", "lock", "queue"):
+    BLOCKING[kind + "-nowait"] = (
+        ["blocking.py", "--kind", kind, "--no-wait"], TRIALS,
+        {"gil": F, "ft": R, "ft-upstream": L, "ft-brc": F},
+        "ft-upstream: a drop that lands while the owner spins attached is "
+        "left to it; ft-brc: it merges before it parks (0006) or hands on")
+
+# properties.py rows
+PROPERTIES = {
+    "spin": (["--case", "spin"], 1,
+             {"gil": F, "ft": R, "ft-upstream": F, "ft-brc": R},
+             "the dropper runs pure Python after the drop; ft-brc: the "
+             "grace period is never noticed (defect A)"),
+    "pauses": (["--case", "pauses", "--trials", str(2 * TRIALS)], 1,
+               {"gil": F, "ft": R, "ft-upstream": L, "ft-brc": L},
+               "drops while another thread stops the world in a loop: an "
+               "owner suspended by a pause is not helped (defect C)"),
+    "handoff-event": (["--case", "handoff-event", "--trials",
+                       str(3 * TRIALS)], 1,
+                      {"gil": F, "ft": R, "ft-upstream": L, "ft-brc": F},
+                      "owner hands over and at once waits in Event.wait(): "
+                      "a drop while it spins attached is left to it"),
+    "handoff-lock": (["--case", "handoff-lock", "--trials",
+                      str(3 * TRIALS)], 1,
+                     {"gil": F, "ft": R, "ft-upstream": L, "ft-brc": F},
+                     "the same with lock.acquire()"),
+    "site": (["--case", "site", "--trials", "5"], 1,
+             {"gil": "dropper, at the drop", "ft": "owner, once awake",
+              "ft-upstream": "dropper, at the drop", "ft-brc": None},
+             "where a dropped object's weakref callback runs (B); None: "
+             "reported, not asserted"),
+    "tasks": (["--case", "tasks"], 1,
+              {"gil": F, "ft": R, "ft-upstream": F, "ft-brc": F},
+              "20,000 finished asyncio Tasks freed off their thread (D): "
+              "the cost against the owner's own is reported"),
+}
+
+RESULTS = {}   # (row, flavour) -> (expected, observed, details)
+
+
+def blocking_outcome(r):
+    """'freed' or 'retained' for one run of blocking.py / mp_queue.py."""
+    assert r["owner_blocked_at_measure"], "void: the owner woke\n%s" % r
+    assert r["freed_after_wake"] == r["total"], "leaked\n%s" % r
+    freed = r["freed_while_blocked"]
+    if r.get("no_wait"):
+        # the owner may free its queue itself before it parks
+        freed += r["freed_by_owner_before_measure"]
+    return "freed" if freed == r["total"] else "retained"
+
+
+def summarise(counts, trials):
+    if counts.get("freed", 0) == trials:
+        return F
+    if counts.get("retained", 0) == trials:
+        return R
+    return L
+
+
+def run_properties(python, args):
+    cmd = [str(python), str(SCENARIO_DIR / "properties.py"), *args]
+    p = subprocess.run(cmd, env=clean_env({}), capture_output=True,
+                       text=True, timeout=TIMEOUT * 3, cwd=str(ROOT))
+    assert p.returncode == 0, "%s\n%s%s" % (" ".join(cmd), p.stdout, p.stderr)
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def property_outcome(row, r):
+    """The observed outcome of a properties.py row and its details."""
+    if row == "site":
+        sites = r["sites"]
+        return (next(iter(sites)) if len(sites) == 1 else "mixed"), sites
+    if "trials_left_behind" in r:
+        assert r["freed_after_wake"], "leaked\n%s" % r
+        left, trials = r["trials_left_behind"], r["trials"] - r["void_trials"]
+        counts = {"retained": left, "freed": trials - left,
+                  "void": r["void_trials"]}
+        if "objects_left" in r:
+            counts["objects_left"] = r["objects_left"]
+        return summarise(counts, trials), counts
+    assert r["owner_blocked_at_measure"], "void: the owner woke\n%s" % r
+    assert r["freed_after_wake"] == r["total"], "leaked\n%s" % r
+    details = {k: r.get(k) for k in ("freed_while_blocked", "all_freed_after_s",
+                                     "own_free_s", "on_behalf_s", "ratio")
+               if k in r}
+    if r["freed_while_blocked"] == r["total"]:
+        return F, details
+    return (R if r["freed_while_blocked"] == 0 else L), details
+
+
+def check(row, flavour, expected, observed, details):
+    RESULTS[(row, flavour)] = (expected, observed, details)
+    if expected is None or expected == L:
+        return   # reported, not asserted
+    assert observed == expected, "%s on %s: expected %s, got %s (%s)" % (
+        row, flavour, expected, observed, details)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def report():
+    yield
+    rows = list(BLOCKING) + list(PROPERTIES)
+    why = {k: v[3] for k, v in {**BLOCKING, **PROPERTIES}.items()}
+    lines = ["# make compare (%s line)" % LINE, "",
+             "Cell: observed outcome (expected, if different or racy); "
+             "details below the table.", "",
+             "| row | " + " | ".join(PREFIX + f for f in COLUMNS) + " |",
+             "|---" * (len(COLUMNS) + 1) + "|"]
+    for row in rows:
+        cells = []
+        for f in COLUMNS:
+            if (row, f) not in RESULTS:
+                cells.append("-")
+                continue
+            exp, obs, _ = RESULTS[(row, f)]
+            cells.append(obs if exp in (None, obs) else
+                         "%s (expected %s)" % (obs, exp))
+        lines.append("| %s | %s |" % (row, " | ".join(cells)))
+    lines += ["", "## Details", ""]
+    for row in rows:
+        lines.append("- **%s**%s" % (row, ": " + why[row] if why[row] else ""))
+        for f in COLUMNS:
+            if (row, f) in RESULTS:
+                lines.append("  - %s: %s" % (PREFIX + f, json.dumps(
+                    RESULTS[(row, f)][2], sort_keys=True)))
+    REPORT.parent.mkdir(parents=True, exist_ok=True)
+    REPORT.write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize("flavour", COLUMNS)
+@pytest.mark.parametrize("row", list(BLOCKING))
+def test_blocking(row, flavour):
+    script, trials, expect, _ = BLOCKING[row]
+    python = dist_python(PREFIX + flavour)
+    deadline = {F: 5.0, R: 0.5, L: 1.0}[expect[flavour]]
+    counts = {}
+    for _ in range(trials):
+        r = run_scenario(python, script, [], {}, deadline)
+        o = blocking_outcome(r)
+        counts[o] = counts.get(o, 0) + 1
+    check(row, flavour, expect[flavour], summarise(counts, trials), counts)
+
+
+@pytest.mark.parametrize("flavour", COLUMNS)
+@pytest.mark.parametrize("row", list(PROPERTIES))
+def test_property(row, flavour):
+    args, _, expect, _ = PROPERTIES[row]
+    r = run_properties(dist_python(PREFIX + flavour), args)
+    observed, details = property_outcome(row, r)
+    check(row, flavour, expect[flavour], observed, details)
