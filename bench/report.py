@@ -16,17 +16,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _util  # noqa: E402
 
 MiB = 1 << 20
-T1_ORDER = ["ft-brc-t0", "ft-brc", "ft-brc-d0", "ft-brc-t2", "ft-brc-t10",
+T1_ORDER = ["ft-brc-t0", "ft-brc", "ft-brc-t2", "ft-brc-t10",
             "ft-brc-t100", "ft", "ft-upstream"]
 # ft-upstream: stock ft + a model of upstream's fix (bench/run.py)
 FLAVOUR_ORDER = ["gil", "ft", "ft-upstream", "ft-brc"]
 BURST_ORDER = FLAVOUR_ORDER + ["ft-brc-t0"]
 # what ft-brc is put beside in the goal rows
 STOCK = ["ft", "ft-upstream"]
-M1_ORDER = FLAVOUR_ORDER + ["ft-brc-d0"]
-M2_ORDER = FLAVOUR_ORDER + ["ft-brc-d0"]
+M1_ORDER = FLAVOUR_ORDER
+M2_ORDER = FLAVOUR_ORDER
 LABEL = {"ft-brc": "ft-brc (default, =1)", "ft-brc-t0": "ft-brc t=0 (off)",
-         "ft-brc-d0": "ft-brc delay 0",
          "ft-brc-t2": "ft-brc t=2", "ft-brc-t10": "ft-brc t=10",
          "ft-brc-t100": "ft-brc t=100"}
 T1_BENCHES = ["t1_pingpong_cpu", "t1_pingpong_wall", "t1_clear_cpu",
@@ -954,7 +953,7 @@ def write_report(results):
           % (f, d.get("version"), d.get("configure"),
              d.get("build_key_sha256")))
     if info.get("knob_check"):
-        w("| threshold, delay (µs) in force | %s |" % ", ".join(
+        w("| threshold in force | %s |" % ", ".join(
             "%s: %s" % (k, v) for k, v in info["knob_check"].items()))
     if info.get("group_seconds"):
         w("| time per group | %s |" % ", ".join(
@@ -1047,13 +1046,6 @@ def write_report(results):
         w("")
         if plot_memory(results, results / "m1_memory.png"):
             w("![M1 memory over time](m1_memory.png)")
-            w("")
-        # What the grace period costs: the same binary without it.
-        b = get_bench(suites, "ft-brc", "m1_steady_rss")
-        ref = get_bench(suites, "ft-brc-d0", "m1_steady_rss")
-        if b is not None and ref is not None:
-            w("Steady RSS, ft-brc (grace period) / ft-brc delay 0 (none): "
-              "%s per round." % fmt_ratio(round_ratios(b, ref)))
             w("")
         c = compare_to(results, "gil", M1_ORDER[1:],
                        [m for m, _ in metrics], suites)
@@ -1173,8 +1165,8 @@ def write_report(results):
                 "%s %.1f" % (k.replace("_", " "),
                              v * 1000 / (d["pairs"] * d["round_trips"]))
                 for k, v in c["counters"].items())
-            w("- threshold %d, delay %d µs: %.4f× [%.4f–%.4f]; per 1000 "
-              "%s: %s" % (c["threshold"], c["delay_us"], med, lo, hi,
+            w("- threshold %d: %.4f× [%.4f–%.4f]; per 1000 "
+              "%s: %s" % (c["threshold"], med, lo, hi,
                           unit, per_k))
             goals.append(("T1 %s paired in one process: threshold %d CPU / "
                           "threshold 0 <= %.2f"

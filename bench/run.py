@@ -48,7 +48,6 @@ sys.path.insert(0, str(BENCH))
 import report  # noqa: E402
 
 KNOB = "PYTHON_BRC_MERGE_THRESHOLD"
-DELAY_KNOB = "PYTHON_BRC_MERGE_DELAY"
 FLAVOURS = ("gil", "ft", "ft-brc", "ft-upstream")
 VENVS = BENCH / ".venvs"
 FLAVOUR_REQUIREMENTS = BENCH / "requirements-flavour.txt"
@@ -83,21 +82,18 @@ CONFIGS = {
     "gil": ("gil", {}),
     "ft": ("ft", {}),
     "ft-upstream": ("ft-upstream", {}),   # stock ft + the upstream model
-    "ft-brc": ("ft-brc", {}),   # default threshold (1) and delay (500 us)
-    "ft-brc-d0": ("ft-brc", {DELAY_KNOB: "0"}),   # no grace period (0005)
+    "ft-brc": ("ft-brc", {}),   # default threshold (1)
     "ft-brc-t0": ("ft-brc", {KNOB: "0"}),
     "ft-brc-t2": ("ft-brc", {KNOB: "2"}),
     "ft-brc-t10": ("ft-brc", {KNOB: "10"}),
     "ft-brc-t100": ("ft-brc", {KNOB: "100"}),
 }
 FLAVOUR_CONFIGS = ["gil", "ft", "ft-brc"]
-# M1 and M2 also run ft-brc without the grace period (patch 0005), side by
-# side: what the period costs in memory held and in free latency.  The
-# groups with threads put ft-upstream beside stock ft (single-threaded code,
-# T2, T2I and PP, never reaches the code it changes).
-M1_CONFIGS = ["gil", "ft", "ft-upstream", "ft-brc", "ft-brc-d0"]
+# The groups with threads put ft-upstream beside stock ft (single-threaded
+# code, T2, T2I and PP, never reaches the code it changes).
+M1_CONFIGS = ["gil", "ft", "ft-upstream", "ft-brc"]
 M2_CONFIGS = list(M1_CONFIGS)
-T1_CONFIGS = ["ft-brc-t0", "ft-brc", "ft-brc-d0", "ft-brc-t2", "ft-brc-t10",
+T1_CONFIGS = ["ft-brc-t0", "ft-brc", "ft-brc-t2", "ft-brc-t10",
               "ft-brc-t100", "ft", "ft-upstream"]
 # threshold 0 is stock behaviour in the patched binary
 BURST_CONFIGS = ["gil", "ft", "ft-upstream", "ft-brc", "ft-brc-t0"]
@@ -331,7 +327,7 @@ class Bench:
         else:
             cmd += ["--append", str(self.out(config)), "--loops", "1",
                     "--quiet", "--inherit-environ",
-                    ",".join([KNOB, DELAY_KNOB, "BENCH_FLAVOUR",
+                    ",".join([KNOB, "BENCH_FLAVOUR",
                               "BENCH_ROUND"])]
             cmd += self.cfg["pyperf_args"][group]
         t = time.monotonic()
@@ -357,22 +353,21 @@ class Bench:
                              % (script.name, config, proc.returncode))
 
     def check_knob(self):
-        """Ask each ft-brc configuration which threshold and delay it
+        """Ask each ft-brc configuration which threshold it
         really runs with (_testinternalcapi probes from the patch series)."""
         seen = {}
         for config, (flavour, _) in CONFIGS.items():
             if not flavour.endswith("ft-brc") or flavour not in self.pythons:
                 continue
             code = ("import _testinternalcapi as t;"
-                    "print(t.get_brc_merge_threshold(),"
-                    " t.get_brc_merge_delay())")
+                    "print(t.set_brc_merge_threshold(-1))")
             p = subprocess.run([str(self.pythons[flavour]), "-c", code],
                                env=self.env_for(config, 0),
                                capture_output=True, text=True)
             seen[config] = (p.stdout.strip() if p.returncode == 0
                             else "probe unavailable")
         self.info["knob_check"] = seen
-        log("threshold and delay (us) in force: %s" % seen)
+        log("threshold in force: %s" % seen)
 
     # -- valgrind (CG, T2I) -----------------------------------------------
 

@@ -9,13 +9,11 @@ to threshold 0: the same binary, heap and moment on both sides of each
 ratio.
 
     dist/ft-brc/bin/python3 bench/t1_paired.py [--round-trips N] [--pairs P]
-        [--config THRESHOLD:DELAY_US ...] [--json FILE]
+        [--config THRESHOLD ...] [--json FILE]
         [--workload clear]
 
-The default compares threshold 1 at the process's own merge delay (500 us
-unless PYTHON_BRC_MERGE_DELAY says otherwise) with threshold 0. Each
---config adds one (e.g. 1:0 for no grace period, 1:100000 for one longer
-than any round trip); each round then runs every configuration once.
+The default compares threshold 1 with threshold 0. Each --config adds
+another threshold; each round then runs every configuration once.
 --workload clear times T1's other pattern instead: blocks of
 --round-trips/8 loops of 8 rounds, each dropping 2 x 5000 objects owned by
 threads blocked on a Barrier.
@@ -39,13 +37,12 @@ COUNTERS = ("merged_on_behalf", "suspensions", "suspend_failed", "handed_on")
 
 def parse_config(text):
     try:
-        threshold, delay = (int(x) for x in text.split(":"))
+        threshold = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: expected THRESHOLD:DELAY_US, e.g. 1:500")
-    if threshold < 0 or delay < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a threshold")
+    if threshold < 0:
         raise argparse.ArgumentTypeError(f"{text!r}: must not be negative")
-    return threshold, delay
+    return threshold
 
 
 def main():
@@ -55,10 +52,9 @@ def main():
     ap.add_argument("--pairs", type=int, default=300,
                     help="rounds (each runs every configuration once)")
     ap.add_argument("--threshold", type=int, default=1,
-                    help="the threshold compared against 0 (at the "
-                         "process's merge delay)")
+                    help="the threshold compared against 0")
     ap.add_argument("--config", type=parse_config, action="append",
-                    default=[], metavar="THRESHOLD:DELAY_US",
+                    default=[], metavar="THRESHOLD",
                     help="another configuration to compare against 0")
     ap.add_argument("--workload", choices=["pingpong", "clear"],
                     default="pingpong")
@@ -68,19 +64,17 @@ def main():
     try:
         import _testinternalcapi as T
         set_threshold = T.set_brc_merge_threshold
-        set_delay = T.set_brc_merge_delay
     except (ImportError, AttributeError):
         sys.exit("t1_paired.py: needs an ft-brc build with its test modules "
                  "(_testinternalcapi.set_brc_merge_threshold); run it with "
                  "dist/ft-brc/bin/python3")
     gc.disable()
     n = args.round_trips
-    delay = T.get_brc_merge_delay()
-    base = (0, delay)
-    configs = [base, (args.threshold, delay)]
+    base = 0
+    configs = [base, args.threshold]
     configs += [c for c in args.config if c not in configs]
     block, n = t1.timed_block(args.workload, n, time.process_time)
-    old = set_threshold(args.threshold), set_delay(delay)
+    old = set_threshold(args.threshold)
     block()                                     # warm up
     cpu = {c: [] for c in configs}
     ratios = {c: [] for c in configs}
@@ -90,8 +84,7 @@ def main():
             k = i % len(configs)
             got = {}
             for c in configs[k:] + configs[:k]:
-                set_threshold(c[0])
-                set_delay(c[1])
+                set_threshold(c)
                 s0 = sys._brc_stats()
                 got[c] = block()
                 s1 = sys._brc_stats()
@@ -101,15 +94,13 @@ def main():
             for c in configs[1:]:
                 ratios[c].append(got[c] / got[base])
     finally:
-        set_threshold(old[0])
-        set_delay(old[1])
+        set_threshold(old)
     out = {"workload": args.workload, "round_trips": n,
            "pairs": args.pairs,
-           "base": {"threshold": base[0], "delay_us": base[1],
-                    "cpu": cpu[base]},
+           "base": {"threshold": base, "cpu": cpu[base]},
            "configs": []}
     for c in configs[1:]:
-        out["configs"].append({"threshold": c[0], "delay_us": c[1],
+        out["configs"].append({"threshold": c,
                                "ratios": ratios[c], "cpu": cpu[c],
                                "counters": stats[c]})
         med, lo, hi = u.median_iqr(ratios[c])
@@ -118,10 +109,10 @@ def main():
         what = ("ping-pong", "round trips", "round trip")
         if args.workload == "clear":
             what = ("clear", "rounds", "round")
-        print("t1 %s CPU, threshold %d delay %d us / threshold 0, "
+        print("t1 %s CPU, threshold %d / threshold 0, "
               "%d pairs of %d %s: median %.4f, IQR [%.4f-%.4f]; "
               "per %s %.1f us / %.1f us; per 1000 %s %s"
-              % (what[0], c[0], c[1], len(ratios[c]), n, what[1], med, lo,
+              % (what[0], c, len(ratios[c]), n, what[1], med, lo,
                  hi, what[2], statistics.median(cpu[c]) / n * 1e6,
                  statistics.median(cpu[base]) / n * 1e6, what[1], per_k))
     if args.json:

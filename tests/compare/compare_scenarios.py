@@ -16,7 +16,8 @@ Rows that measure something other than frees (where destructors run, the
 cost of freeing asyncio Tasks off their thread) assert their expected value
 where it is deterministic and report the rest.  The expected outcomes of
 ft-brc are those of the series as it is (issue 25 lists its defects A-D);
-the report, tests/results/compare-<line>.md, has every cell's numbers.
+the report, tests/results/compare-<line>.md, has every cell's numbers.  A
+racy cell (leaves behind) may also show frees or retains in one run.
 BRC_MERGE_COMPARE_LINE=main (`make compare-main`) runs CPython main's
 flavours (no gil).  BRC_MERGE_COMPARE_TRIALS=N changes the racy rows' trials.
 """
@@ -61,13 +62,14 @@ for kind in ("event", "condition", "lock", "queue"):
 # properties.py rows
 PROPERTIES = {
     "spin": (["--case", "spin"], 1,
-             {"gil": F, "ft": R, "ft-upstream": F, "ft-brc": R},
-             "the dropper runs pure Python after the drop; ft-brc: the "
-             "grace period is never noticed (defect A)"),
+             {"gil": F, "ft": R, "ft-upstream": F, "ft-brc": F},
+             "the dropper runs pure Python after the drop (the grace period "
+             "of the v2 series was never noticed there: defect A)"),
     "pauses": (["--case", "pauses", "--trials", str(2 * TRIALS)], 1,
-               {"gil": F, "ft": R, "ft-upstream": L, "ft-brc": L},
+               {"gil": F, "ft": R, "ft-upstream": L, "ft-brc": F},
                "drops while another thread stops the world in a loop: an "
-               "owner suspended by a pause is not helped (defect C)"),
+               "owner suspended by a pause is helped after it (defect C "
+               "of the v2 series)"),
     "handoff-event": (["--case", "handoff-event", "--trials",
                        str(3 * TRIALS)], 1,
                       {"gil": F, "ft": R, "ft-upstream": L, "ft-brc": F},
@@ -79,9 +81,11 @@ PROPERTIES = {
                      "the same with lock.acquire()"),
     "site": (["--case", "site", "--trials", "5"], 1,
              {"gil": "dropper, at the drop", "ft": "owner, once awake",
-              "ft-upstream": "dropper, at the drop", "ft-brc": None},
-             "where a dropped object's weakref callback runs (B); None: "
-             "reported, not asserted"),
+              "ft-upstream": "dropper, at the drop",
+              "ft-brc": "dropper, inside a lock taken after the drop"},
+             "where a dropped object's weakref callback runs (B): ft-brc "
+             "runs it at the dropper's next check, here the one after "
+             "`with lock:` took the lock"),
     "tasks": (["--case", "tasks"], 1,
               {"gil": F, "ft": R, "ft-upstream": F, "ft-brc": F},
               "20,000 finished asyncio Tasks freed off their thread (D): "

@@ -47,12 +47,11 @@ WAKE_TIMEOUT = 30.0
 # interruption before we believe it is parked (and not just passing through).
 SETTLE = 0.02
 POLL = 0.001
-# ft-brc's grace period (PYTHON_BRC_MERGE_DELAY, 0.5 ms by default) lets an
-# object dropped for the blocked owner stay queued that long before the
-# dropping thread merges it: one dropped as the payloads went may still be
+# An object dropped for the blocked owner as the payloads went (a second
+# level of a dead graph, or one handed on to another thread) may still be
 # queued when they are all freed.  measure() gives the queues this long to
-# drain, sleeping (time.sleep() wakes up to help when the period ends);
-# where nothing merges on behalf, they stay queued and it waits it out.
+# drain, sleeping; where nothing merges on behalf, they stay queued and it
+# waits it out.
 QUEUE_SETTLE = 0.05
 
 

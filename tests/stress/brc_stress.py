@@ -1464,7 +1464,7 @@ def main(argv=None):
     thresholds = []
     if can_set and args.thresholds.strip().lower() not in ("", "none"):
         thresholds = [int(x) for x in args.thresholds.split(",")]
-    original_threshold = _tic.get_brc_merge_threshold() if can_set else None
+    original_threshold = _tic.set_brc_merge_threshold(-1) if can_set else None
     MMAP_CAP[0] = args.mmap_cap
 
     def excepthook(hook_args):
