@@ -24,8 +24,8 @@ million objects: cheap, and they run in whichever thread frees):
 
 Expected: gil frees in the drop; ft not while blocked (the owner frees it
 after waking); ft-upstream in the drop, suspending the owner once per
-object; ft-brc in the dropping thread's lock wait once the grace period
-ends, in a few suspensions.  Where sys._brc_stats() exists (ft-brc), how
+object; ft-brc at the dropping thread's next eval breaker check, in a few
+suspensions.  Where sys._brc_stats() exists (ft-brc), how
 its counters change from the drop until everything is freed or the timeout
 (brc_to_freed), and over the whole variant (brc), is recorded.  GC is
 disabled: a collection would merge the queue.
