@@ -56,9 +56,10 @@ TSAN_TESTS = ["test_free_threading"]
 ASAN_TESTS = TSAN_TESTS
 REFLEAK_TESTS = ["test_free_threading.test_brc"]
 # The stdlib subset of issue 7, with one slice of the multiprocessing suite
-# (the "processes" start-method tests of forkserver: queues, pools, managers).
+# (the "processes" start-method tests of forkserver: queues, pools, managers),
+# and test_asyncio, whose Task deallocation patch 0005 changes.
 PARITY_TESTS = ["test_free_threading", "test_capi", "test_threading", "test_gc",
-                "test_weakref", "test_sys", "test_queue",
+                "test_weakref", "test_sys", "test_queue", "test_asyncio",
                 "test_concurrent_futures",
                 "test_multiprocessing_forkserver.test_processes"]
 
