@@ -65,6 +65,10 @@ PROPERTIES = {
              {"gil": F, "ft": R, "ft-upstream": F, "ft-brc": F},
              "the dropper runs pure Python after the drop (the grace period "
              "of the v2 series was never noticed there: defect A)"),
+    "chain": (["--case", "chain"], 1,
+              {"gil": F, "ft": R, "ft-upstream": F, "ft-brc": F},
+              "a dead graph: each freed object drops the next one, also "
+              "the blocked owner's"),
     "pauses": (["--case", "pauses", "--trials", str(2 * TRIALS)], 1,
                {"gil": F, "ft": R, "ft-upstream": L, "ft-brc": F},
                "drops while another thread stops the world in a loop: an "

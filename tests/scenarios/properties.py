@@ -12,6 +12,8 @@ kernel.  Prints one JSON line; tests/compare/compare_scenarios.py judges.
 spin    200 objects of 64 KiB; after the drop the dropper runs pure Python
         (no lock wait, no sleep, no call that detaches) for SPIN seconds
         and counts how many were finalised meanwhile, outside the owner.
+chain   a chain of 1,000 objects (each refers to the next) dropped at its
+        head, then pure Python: every level freed while the owner blocks?
 pauses  a third thread calls sys._current_frames() in a loop (each call
         stops the world); the dropper drops 20 objects one by one, stops
         the pauser, waits 0.5 s and counts what is still alive while the
@@ -125,6 +127,36 @@ def case_spin(trials):
     all_at = None
     while h.now() < end:
         if all_at is None and len(freed) == n:
+            all_at = h.now() - dropped_at
+    others = sum(1 for t in freed if t != owner.ident)
+    blocked = owner.blocked()
+    owner.release()
+    return {"total": n, "freed_while_blocked": others,
+            "all_freed_after_s": all_at, "owner_blocked_at_measure": blocked,
+            "freed_after_wake": settle_after_wake(freed, n)}
+
+
+def case_chain(trials):
+    """A dead graph: a chain of 1,000 objects of the owner; the dropper
+    drops its head, then runs pure Python."""
+    n = 1000
+    freed = []
+
+    def make(box):
+        head = None
+        for _ in range(n):
+            obj = Obj()
+            obj.data = head
+            watch(freed, obj)
+            head = obj
+        box.append(head)
+
+    owner = Owner(make)
+    dropped_at = h.now()
+    owner.box.clear()
+    end, all_at = dropped_at + SPIN, None
+    while h.now() < end and all_at is None:
+        if len(freed) == n:
             all_at = h.now() - dropped_at
     others = sum(1 for t in freed if t != owner.ident)
     blocked = owner.blocked()
@@ -346,7 +378,8 @@ def case_tasks(trials):
             "freed_after_wake": settle_after_wake(freed, n)}
 
 
-CASES = {"spin": case_spin, "pauses": case_pauses, "site": case_site,
+CASES = {"spin": case_spin, "chain": case_chain, "pauses": case_pauses,
+         "site": case_site,
          "tasks": case_tasks,
          "handoff-event": lambda t: case_handoff(t, "event"),
          "handoff-lock": lambda t: case_handoff(t, "lock")}
