@@ -57,7 +57,7 @@ for kind in ("event", "condition", "lock", "queue"):
         ["blocking.py", "--kind", kind, "--no-wait"], TRIALS,
         {"gil": F, "ft": R, "ft-upstream": L, "ft-brc": F},
         "ft-upstream: a drop that lands while the owner spins attached is "
-        "left to it; ft-brc: it merges before it parks (0006) or hands on")
+        "left to it; ft-brc: the owner hands itself on as it parks (0004)")
 
 # properties.py rows
 PROPERTIES = {

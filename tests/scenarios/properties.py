@@ -111,22 +111,14 @@ def settle_after_wake(freed, n):
     return len(freed)
 
 
-def case_spin(trials):
-    n = 200
-    freed = []
-
-    def make(box):
-        box.extend(Obj(64 * 1024) for _ in range(n))
-        watch_all(freed, box)
-
-    owner = Owner(make)
+def drop_then_spin(owner, freed, n):
+    """Drop the owner's objects, then run pure Python (no lock wait, no
+    sleep, no detaching call) for up to SPIN seconds until all are freed."""
     dropped_at = h.now()
     owner.box.clear()
-    # Pure Python: no lock wait, no sleep, no detaching call.
-    end = dropped_at + SPIN
-    all_at = None
-    while h.now() < end:
-        if all_at is None and len(freed) == n:
+    end, all_at = dropped_at + SPIN, None
+    while all_at is None and h.now() < end:
+        if len(freed) == n:
             all_at = h.now() - dropped_at
     others = sum(1 for t in freed if t != owner.ident)
     blocked = owner.blocked()
@@ -136,9 +128,20 @@ def case_spin(trials):
             "freed_after_wake": settle_after_wake(freed, n)}
 
 
+def case_spin(trials):
+    n = 200
+    freed = []
+
+    def make(box):
+        box.extend(Obj(64 * 1024) for _ in range(n))
+        watch_all(freed, box)
+
+    return drop_then_spin(Owner(make), freed, n)
+
+
 def case_chain(trials):
-    """A dead graph: a chain of 1,000 objects of the owner; the dropper
-    drops its head, then runs pure Python."""
+    """A dead graph: a chain of 1,000 objects of the owner, dropped at its
+    head."""
     n = 1000
     freed = []
 
@@ -151,19 +154,7 @@ def case_chain(trials):
             head = obj
         box.append(head)
 
-    owner = Owner(make)
-    dropped_at = h.now()
-    owner.box.clear()
-    end, all_at = dropped_at + SPIN, None
-    while h.now() < end and all_at is None:
-        if len(freed) == n:
-            all_at = h.now() - dropped_at
-    others = sum(1 for t in freed if t != owner.ident)
-    blocked = owner.blocked()
-    owner.release()
-    return {"total": n, "freed_while_blocked": others,
-            "all_freed_after_s": all_at, "owner_blocked_at_measure": blocked,
-            "freed_after_wake": settle_after_wake(freed, n)}
+    return drop_then_spin(Owner(make), freed, n)
 
 
 def case_pauses(trials):
