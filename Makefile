@@ -125,7 +125,7 @@ test-main: main-flavours venv ## build main-ft main-ft-brc, then run their tests
 
 # gil / ft / ft-upstream / ft-brc side by side on public-API scenarios, each
 # with its expected outcome; racy cases are counted over trials in the report.
-compare: flavours ft-upstream venv ## the scenario matrix with upstream's fix beside gil, ft, ft-brc -> tests/results/compare.md
+compare: flavours ft-upstream venv ## the scenario matrix with upstream's fix beside gil, ft, ft-brc -> tests/results/compare-3.14.md
 	$(DIST_ENV) $(VENV)/bin/pytest tests/compare/compare_scenarios.py $(PYTEST_ARGS)
 
 compare-main: main-flavours main-ft-upstream venv ## the same on CPython main (main-ft, main-ft-upstream, main-ft-brc)

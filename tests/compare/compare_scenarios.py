@@ -59,42 +59,39 @@ for kind in ("event", "condition", "lock", "queue"):
         "ft-upstream: a drop that lands while the owner spins attached is "
         "left to it; ft-brc: the owner hands itself on as it parks (0004)")
 
-# properties.py rows
+# properties.py rows: (arguments, {flavour: expected}, why)
 PROPERTIES = {
-    "spin": (["--case", "spin"], 1,
+    "spin": (["--case", "spin"],
              {"gil": F, "ft": R, "ft-upstream": F, "ft-brc": F},
              "the dropper runs pure Python after the drop (the grace period "
              "of the v2 series was never noticed there: defect A)"),
-    "chain": (["--case", "chain"], 1,
+    "chain": (["--case", "chain"],
               {"gil": F, "ft": R, "ft-upstream": F, "ft-brc": F},
               "a dead graph: each freed object drops the next one, also "
               "the blocked owner's"),
-    "pauses": (["--case", "pauses", "--trials", str(2 * TRIALS)], 1,
+    "pauses": (["--case", "pauses", "--trials", str(2 * TRIALS)],
                {"gil": F, "ft": R, "ft-upstream": L, "ft-brc": F},
                "drops while another thread stops the world in a loop: an "
                "owner suspended by a pause is helped after it (defect C "
                "of the v2 series)"),
-    "handoff-event": (["--case", "handoff-event", "--trials",
-                       str(3 * TRIALS)], 1,
-                      {"gil": F, "ft": R, "ft-upstream": L, "ft-brc": F},
-                      "owner hands over and at once waits in Event.wait(): "
-                      "a drop while it spins attached is left to it"),
-    "handoff-lock": (["--case", "handoff-lock", "--trials",
-                      str(3 * TRIALS)], 1,
-                     {"gil": F, "ft": R, "ft-upstream": L, "ft-brc": F},
-                     "the same with lock.acquire()"),
-    "site": (["--case", "site", "--trials", "5"], 1,
+    "site": (["--case", "site", "--trials", "5"],
              {"gil": "dropper, at the drop", "ft": "owner, once awake",
               "ft-upstream": "dropper, at the drop",
               "ft-brc": "dropper, inside a lock taken after the drop"},
              "where a dropped object's weakref callback runs (B): ft-brc "
              "runs it at the dropper's next check, here the one after "
              "`with lock:` took the lock"),
-    "tasks": (["--case", "tasks"], 1,
+    "tasks": (["--case", "tasks"],
               {"gil": F, "ft": R, "ft-upstream": F, "ft-brc": F},
               "20,000 finished asyncio Tasks freed off their thread (D): "
               "the cost against the owner's own is reported"),
 }
+for kind, wait in (("event", "Event.wait()"), ("lock", "lock.acquire()")):
+    PROPERTIES["handoff-" + kind] = (
+        ["--case", "handoff-" + kind, "--trials", str(3 * TRIALS)],
+        {"gil": F, "ft": R, "ft-upstream": L, "ft-brc": F},
+        "the owner hands over and at once waits in %s: a drop while it "
+        "spins attached before it parks is left to it" % wait)
 
 RESULTS = {}   # (row, flavour) -> (expected, observed, details)
 
@@ -161,7 +158,8 @@ def check(row, flavour, expected, observed, details):
 def report():
     yield
     rows = list(BLOCKING) + list(PROPERTIES)
-    why = {k: v[3] for k, v in {**BLOCKING, **PROPERTIES}.items()}
+    why = {**{k: v[3] for k, v in BLOCKING.items()},
+           **{k: v[2] for k, v in PROPERTIES.items()}}
     lines = ["# make compare (%s line)" % LINE, "",
              "Cell: observed outcome (expected, if different or racy); "
              "details below the table.", "",
@@ -205,7 +203,7 @@ def test_blocking(row, flavour):
 @pytest.mark.parametrize("flavour", COLUMNS)
 @pytest.mark.parametrize("row", list(PROPERTIES))
 def test_property(row, flavour):
-    args, _, expect, _ = PROPERTIES[row]
+    args, expect, _ = PROPERTIES[row]
     r = run_properties(dist_python(PREFIX + flavour), args)
     observed, details = property_outcome(row, r)
     check(row, flavour, expect[flavour], observed, details)
