@@ -43,12 +43,12 @@ DIST_ENV := $(if $(DIST),BRC_MERGE_DIST='$(DIST)') $(if $(CACHE),BRC_MERGE_CACHE
 .PHONY: help ft-brc ft gil flavours main-ft main-ft-brc main-flavours test-main test venv image-deps bench bench-fast bench-torch bench-venv clean distclean checksums \
 	image base-image image-torch image-torch-check $(CHECKING) $(COMPARE) compare compare-main tsan tsan-stock asan asan-stock refleak stress parity reliability
 
-help: ## this list (default target: ft-brc)
+help: ## list the targets (plain `make` builds ft-brc)
 	@echo "make [TARGET] [JOBS=N SOURCE=PATH CACHE=DIR DIST=DIR PATCHES=DIR OPTIMIZE=1 OFFLINE=1]"
 	@echo "  (default target: ft-brc)"
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## (.*)/  \1\t\2/' | expand -t 19
 
-ft-brc: ## build free-threaded + patch series into dist/ft-brc (the default)
+ft-brc: ## build the patched free-threaded interpreter into dist/ft-brc (the default)
 	$(BUILD) $(BUILD_ARGS) ft-brc
 
 ft: ## build stock free-threaded CPython into dist/ft
@@ -125,7 +125,7 @@ test-main: main-flavours venv ## build main-ft main-ft-brc, then run their tests
 
 # gil / ft / ft-upstream / ft-brc side by side on public-API scenarios, each
 # with its expected outcome; racy cases are counted over trials in the report.
-compare: flavours ft-upstream venv ## the scenario matrix with upstream's fix beside gil, ft, ft-brc -> tests/results/compare-3.14.md
+compare: flavours ft-upstream venv ## the same scenarios on gil, ft, ft-upstream and ft-brc side by side -> tests/results/compare-3.14.md
 	$(DIST_ENV) $(VENV)/bin/pytest tests/compare/compare_scenarios.py $(PYTEST_ARGS)
 
 compare-main: main-flavours main-ft-upstream venv ## the same on CPython main (main-ft, main-ft-upstream, main-ft-brc)
@@ -155,10 +155,10 @@ parity: venv ## the stdlib subset on ft and ft-brc: identical failure sets (~9 m
 	$(BUILD) $(BUILD_ARGS) $(subst $(comma), ,$(PARITY))
 	$(DIST_ENV) $(CHECKS) parity --flavours $(PARITY) $(TESTS)
 
-reliability: tsan asan refleak stress parity ## all five checks (issues 7 and 11)
+reliability: tsan asan refleak stress parity ## tsan, asan, refleak, stress and parity, one after another
 
 # bench/requirements.txt (pyperf, matplotlib, pyperformance) on top of .venv.
-bench-venv: venv
+bench-venv: venv ## add the benchmarks' tools (pyperf, matplotlib, pyperformance) to .venv
 	@if [[ bench/requirements.txt -nt $(VENV)/.bench-requirements-stamp ]]; then \
 		set -e; \
 		$(VENV)/bin/python -m pip install -q --disable-pip-version-check -r bench/requirements.txt; \
