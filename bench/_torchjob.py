@@ -218,16 +218,14 @@ def probe_workers(probe_dir, seq, timeout=10.0):
 
 
 def sum_stats(reports):
-    """Summed sys._brc_stats() of the workers (None on builds without it);
-    max_queue_length is the maximum."""
+    """Summed sys._brc_stats() of the workers (None on builds without it)."""
     stats = [r["brc"] for r in reports if r.get("brc")]
     if not stats:
         return None
     out = {}
     for s in stats:
         for k, v in s.items():
-            out[k] = max(out.get(k, 0), v) if k == "max_queue_length" \
-                else out.get(k, 0) + v
+            out[k] = out.get(k, 0) + v
     return out
 
 

@@ -574,7 +574,7 @@ def burst_section(results, info, goals):
     w("")
     w("| config | freed while blocked | drop -> all freed | drop -> list "
       "freed | if not: release -> all freed | suspensions | enqueued / "
-      "merged on behalf / suspend failed (last round) | samples freed by "
+      "merged on behalf (last round) | samples freed by "
       "(last round) |")
     w("|---|---|---|---|---|---|---|---|")
     order = [c for c in BURST_ORDER if c in data] + sorted(
@@ -592,8 +592,8 @@ def burst_section(results, info, goals):
             fmt_med_max([r["after_release_s"] for r in recs
                          if not r["freed_while_blocked"]]),
             fmt_med_max(suspensions(recs), str),
-            "%d / %d / %d" % (st["enqueued"], st["merged_on_behalf"],
-                              st["suspend_failed"]) if st else "n/a",
+            "%d / %d" % (st["enqueued"], st["merged_on_behalf"])
+            if st else "n/a",
             fmt_freed_by(recs[-1])))
     w("")
     w("| config | mid: released at (samples freed) | release -> owner's next "
@@ -1036,10 +1036,9 @@ def write_report(results):
                 (d.get("rest_rss", 0) - d["baseline_rss"]) / MiB)
             if d.get("brc_stats"):
                 st = d["brc_stats"]
-                extra += ("; merged on behalf %d, by owner %d, suspend "
-                          "failed %d" % (st.get("merged_on_behalf", 0),
-                                         st.get("merged_by_owner", 0),
-                                         st.get("suspend_failed", 0)))
+                extra += ("; merged on behalf %d, by owner %d"
+                          % (st.get("merged_on_behalf", 0),
+                             st.get("merged_by_owner", 0)))
         rows.append("| %s | %s | %s |" % (label(config), " | ".join(cells),
                                           extra))
     if rows:

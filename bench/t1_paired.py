@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _util as u  # noqa: E402
 import bm_t1_handoff as t1  # noqa: E402
 
-COUNTERS = ("merged_on_behalf", "suspensions", "suspend_failed", "handed_on")
+COUNTERS = ("merged_on_behalf", "suspensions")
 
 
 def parse_config(text):

@@ -58,18 +58,14 @@ KNOB = "PYTHON_BRC_MERGE_THRESHOLD"
 
 # (flavour, extra env, extra interpreter options, expected outcome)
 # The knob rows are ft-brc only: stock gil/ft builds silently ignore an
-# unknown PYTHON_* variable or -X option, so such rows would prove nothing.
+# unknown PYTHON_* variable, so such rows would prove nothing.
 CONFIGS = [
     pytest.param("gil", {}, [], "frees", id="gil"),
     pytest.param("ft", {}, [], "retains", id="ft"),
     pytest.param("ft-brc", {}, [], "frees", id="ft-brc"),
     pytest.param("ft-brc", {KNOB: "1"}, [], "frees", id="ft-brc-env1"),
     pytest.param("ft-brc", {KNOB: "0"}, [], "retains", id="ft-brc-env0"),
-    pytest.param("ft-brc", {}, ["-X", "brc_merge_threshold=0"], "retains",
-                 id="ft-brc-X0"),
     pytest.param("ft-brc", {KNOB: "5"}, [], "retains", id="ft-brc-env5"),
-    pytest.param("ft-brc", {}, ["-X", "brc_merge_threshold=5"], "retains",
-                 id="ft-brc-X5"),
     # The same on CPython main: stock retains, the main series frees.
     pytest.param("main-ft", {}, [], "retains", id="main-ft"),
     pytest.param("main-ft-brc", {}, [], "frees", id="main-ft-brc"),
@@ -158,8 +154,7 @@ def test_scenario(flavour, env, options, expect, script):
     assert flavour in FLAVOURS + MAIN_FLAVOURS
     python = dist_python(flavour)
     deadline = FREE_DEADLINE if expect == "frees" else RETAIN_WINDOW
-    below_threshold = (env.get(KNOB) == "5"
-                       or "brc_merge_threshold=5" in options)
+    below_threshold = env.get(KNOB) == "5"
     r = run_scenario(python, script, options, env, deadline)
     report = json.dumps(r, indent=1, sort_keys=True)
 

@@ -122,7 +122,5 @@ def test_stress(flavour):
     if info["has_brc_stats"]:
         delta = r["brc_stats_delta"]
         assert delta["merged_on_behalf"] > 0, "no merge on behalf of a blocked owner\n" + report
-        assert delta["handed_on"] > 0, (
-            "no owner handed on as a thread detached\n" + report)
         assert r["brc_accounting"]["ok"], report
         assert delta["queue_length"] == 0, report

@@ -1359,7 +1359,7 @@ def brc_stats():
 
 
 MERGE_KEYS = ("merged_by_owner", "merged_on_behalf", "merged_by_gc", "merged_at_exit")
-GAUGES = ("queue_length", "max_queue_length")
+GAUGES = ("queue_length",)
 
 
 def interpreter_info():
