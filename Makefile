@@ -46,7 +46,7 @@ DIST_ENV := $(if $(DIST),BRC_MERGE_DIST='$(DIST)') $(if $(CACHE),BRC_MERGE_CACHE
 help: ## list the targets (plain `make` builds ft-brc)
 	@echo "make [TARGET] [JOBS=N SOURCE=PATH CACHE=DIR DIST=DIR PATCHES=DIR OPTIMIZE=1 OFFLINE=1]"
 	@echo "  (default target: ft-brc)"
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## (.*)/  \1\t\2/' | expand -t 19
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## (.*)/  \1\t\2/' | expand -t 22
 
 ft-brc: ## build the patched free-threaded interpreter into dist/ft-brc (the default)
 	$(BUILD) $(BUILD_ARGS) ft-brc
@@ -131,7 +131,7 @@ compare: flavours ft-upstream venv ## the same scenarios on gil, ft, ft-upstream
 compare-main: main-flavours main-ft-upstream venv ## the same on CPython main (main-ft, main-ft-upstream, main-ft-brc)
 	$(DIST_ENV) BRC_MERGE_COMPARE_LINE=main $(VENV)/bin/pytest tests/compare/compare_scenarios.py $(PYTEST_ARGS)
 
-# Reliability (README "Reliability checks"); reports under tests/results/.
+# Reliability (docs/reliability.md); reports under tests/results/.
 tsan: ft-brc-tsan venv ## test_free_threading (incl. test_brc) under TSan on ft-brc-tsan: zero reports
 	$(DIST_ENV) $(CHECKS) tsan --flavour ft-brc-tsan $(TESTS)
 
@@ -181,7 +181,7 @@ bench-fast: flavours bench-venv ## quick benchmarks (<= 3 min, CI) -> bench/resu
 bench-torch: flavours ft-upstream bench-venv ## torch DataLoader benchmarks only (~20 min; first installs torch, ~5 GB per venv, 3-4 min)
 	$(DIST_ENV) BENCH_TORCH=1 $(VENV)/bin/python bench/run.py --mode full --groups TORCH $(BENCH_ARGS)
 
-# The container image (Dockerfile; image/build.sh does the work, README "Container image").
+# The container image (Dockerfile; image/build.sh does the work, docs/image.md).
 IMAGE_ENV := OPTIMIZE='$(OPTIMIZE)' JOBS='$(JOBS)' SOURCE='$(SOURCE)' CACHE='$(CACHE)' \
 	IMAGE='$(IMAGE)' BASE_IMAGE='$(BASE_IMAGE)' BUILDER_IMAGE='$(BUILDER_IMAGE)' \
 	PREBUILT='$(PREBUILT)' WITH_TK='$(WITH_TK)' ENGINE='$(ENGINE)' BUILD_FLAGS='$(BUILD_FLAGS)'
