@@ -94,17 +94,23 @@ checksums: ## recompute patches/<line>/checksums after changing the series
 	$(BUILD) $(BUILD_ARGS) --update-checksums
 
 # The host python3 makes the venv; if it cannot (e.g. Debian without
-# python3-venv), our own stock build dist/gil does.
+# python3-venv), our own stock build dist/gil does. A working .venv is
+# refreshed in place (a check running from it keeps running; the bench tools
+# stay), a missing or broken one made anew.
 venv: ## create/refresh .venv (host python3 + tests/requirements.txt)
 	@if [[ ! -x $(VENV)/bin/pytest || tests/requirements.txt -nt $(VENV)/.requirements-stamp ]]; then \
 		set -e; \
-		py=$(HOST_PYTHON); \
-		if ! $$py -m venv --clear $(VENV); then \
-			py=$$($(BUILD) $(BUILD_ARGS) --print-config | sed -n 's/^BRC_MERGE_DIST=//p')/gil/bin/python3; \
-			echo "$(HOST_PYTHON) cannot create a venv; using $$py"; \
-			$$py -m venv --clear $(VENV); \
+		if [[ -x $(VENV)/bin/pytest ]] && $(VENV)/bin/python -c '' 2>/dev/null; then \
+			echo "refreshing $(VENV) ($$($(VENV)/bin/python -V))"; \
+		else \
+			py=$(HOST_PYTHON); \
+			if ! $$py -m venv --clear $(VENV); then \
+				py=$$($(BUILD) $(BUILD_ARGS) --print-config | sed -n 's/^BRC_MERGE_DIST=//p')/gil/bin/python3; \
+				echo "$(HOST_PYTHON) cannot create a venv; using $$py"; \
+				$$py -m venv --clear $(VENV); \
+			fi; \
+			echo "created $(VENV) with $$($(VENV)/bin/python -VV)"; \
 		fi; \
-		echo "created $(VENV) with $$($(VENV)/bin/python -VV)"; \
 		$(VENV)/bin/python -m pip install -q --disable-pip-version-check -r tests/requirements.txt; \
 		touch $(VENV)/.requirements-stamp; \
 	fi
