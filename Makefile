@@ -7,6 +7,7 @@
 #   BENCH_ARGS=... (extra bench/run.py options, e.g. --groups M1,M2)  BENCH_TORCH=1
 #   TESTS="test_x ..." (tsan/asan/refleak/parity: other CPython tests)  STRESS_SECONDS=N (make stress)
 #   ASAN_STRESS_SECONDS=N (make asan: stress run length, default 60)
+#   FLAVOUR=ft-brc|ft|gil TARBALL_DIR=DIR (make dist-tarball, default dist/tarballs)
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := ft-brc
@@ -41,7 +42,7 @@ CHECKS := $(VENV)/bin/python tests/regrtest_checks.py
 DIST_ENV := $(if $(DIST),BRC_MERGE_DIST='$(DIST)') $(if $(CACHE),BRC_MERGE_CACHE='$(CACHE)')
 
 .PHONY: help ft-brc ft gil flavours main-ft main-ft-brc main-flavours test-main test venv image-deps bench bench-fast bench-torch bench-venv clean distclean checksums \
-	image base-image image-torch image-torch-check $(CHECKING) $(COMPARE) compare compare-main tsan tsan-stock asan asan-stock refleak stress parity reliability
+	image base-image image-torch image-torch-check dist-tarball $(CHECKING) $(COMPARE) compare compare-main tsan tsan-stock asan asan-stock refleak stress parity reliability
 
 help: ## list the targets (plain `make` builds ft-brc)
 	@echo "make [TARGET] [JOBS=N SOURCE=PATH CACHE=DIR DIST=DIR PATCHES=DIR OPTIMIZE=1 OFFLINE=1]"
@@ -210,6 +211,14 @@ image-torch: image ## the image + torch [TORCH_SPEC=torch==2.14.1 WHEELHOUSE=DIR
 
 image-torch-check: ## in the torch image: the repro frees everything, a DataLoader epoch merges on behalf
 	$(TORCH_ENV) image/build-torch.sh --check
+
+# The relocatable tarball (image/dist-tarball.sh; docs/building.md "The
+# relocatable tarball"): packs the built dist/FLAVOUR, never builds it.
+FLAVOUR ?= ft-brc
+TARBALL_DIR ?= dist/tarballs
+
+dist-tarball: ## pack a built flavour as a tarball that runs wherever it is unpacked, e.g. with uv [FLAVOUR=ft-brc|ft|gil TARBALL_DIR=dist/tarballs]
+	image/dist-tarball.sh $(if $(DIST),--dist '$(DIST)') --out '$(TARBALL_DIR)' '$(FLAVOUR)'
 
 clean: ## remove the dist/ symlinks and .venv (keeps every cache)
 	@dist=$$($(BUILD) $(BUILD_ARGS) --print-config | sed -n 's/^BRC_MERGE_DIST=//p'); \
