@@ -25,6 +25,7 @@ harness checks that the owner is still blocked, so the measurement really was
 taken while the owner was blocked.
 """
 
+import faulthandler
 import gc
 import json
 import mmap
@@ -333,8 +334,11 @@ def interpreter_info():
 
 
 def setup():
-    """Common process setup: GC would merge BRC queues and mask the bug."""
+    """Common process setup: GC would merge BRC queues and mask the bug.
+    A scenario that hangs dumps every thread's stack to stderr and exits
+    before the test's 120-s subprocess timeout, so the hang can be read."""
     gc.disable()
+    faulthandler.dump_traceback_later(100, exit=True)
 
 
 def emit(result):
