@@ -42,7 +42,7 @@ CHECKS := $(VENV)/bin/python tests/regrtest_checks.py
 DIST_ENV := $(if $(DIST),BRC_MERGE_DIST='$(DIST)') $(if $(CACHE),BRC_MERGE_CACHE='$(CACHE)')
 
 .PHONY: help ft-brc ft gil flavours main-ft main-ft-brc main-flavours test-main test venv image-deps bench bench-fast bench-torch bench-venv clean distclean checksums \
-	image base-image image-torch image-torch-check dist-tarball $(CHECKING) $(COMPARE) compare compare-main tsan tsan-stock asan asan-stock refleak stress parity reliability
+	image base-image image-torch image-torch-check torchrun-check dist-tarball $(CHECKING) $(COMPARE) compare compare-main tsan tsan-stock asan asan-stock refleak stress parity reliability
 
 help: ## list the targets (plain `make` builds ft-brc)
 	@echo "make [TARGET] [JOBS=N SOURCE=PATH CACHE=DIR DIST=DIR PATCHES=DIR OPTIMIZE=1 OFFLINE=1]"
@@ -211,6 +211,12 @@ image-torch: image ## the image + torch [TORCH_SPEC=torch==2.14.1 WHEELHOUSE=DIR
 
 image-torch-check: ## in the torch image: the repro frees everything, a DataLoader epoch merges on behalf
 	$(TORCH_ENV) image/build-torch.sh --check
+
+# docs/torch.md "A distributed job": the image part needs `make image-torch`;
+# the memory part installs torch into each flavour's bench venv (as bench-torch).
+torchrun-check: flavours ft-upstream bench-venv ## in the torch image: torchrun DDP on 1 node and on 2 nodes (loopback), then its memory per flavour (~15 min)
+	$(TORCH_ENV) image/build-torch.sh --torchrun-check
+	$(DIST_ENV) BENCH_TORCH=1 $(VENV)/bin/python bench/run.py --mode full --groups TORCH --torch-shapes ddp $(BENCH_ARGS)
 
 # The relocatable tarball (image/dist-tarball.sh; docs/building.md "The
 # relocatable tarball"): packs the built dist/FLAVOUR, never builds it.

@@ -58,6 +58,7 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -80,6 +81,10 @@ SHAPES = {
     "cameras": dict(workers=4, batches=24, batch_size=2, epochs=2,
                     step_ms=150, persistent=True, pause=6.0, tail=2.0,
                     cams=6, height=480, width=800),
+    # per rank; the pause follows every epoch, the last one included
+    "ddp": dict(ranks=2, workers=2, batches=12, batch_size=2, epochs=3,
+                step_ms=150, persistent=True, pause=4.0, tail=0,
+                cams=6, height=480, width=800),
 }
 
 
@@ -92,6 +97,7 @@ def parse_args():
     for opt, typ in (("workers", int), ("batches", int), ("batch-size", int),
                      ("image-mib", int), ("epochs", int), ("step-ms", float),
                      ("pause", float), ("tail", float), ("cams", int),
+                     ("ranks", int),
                      ("height", int), ("width", int)):
         ap.add_argument("--" + opt, type=typ)
     ap.add_argument("--collate", choices=["default", "stack"],
@@ -225,6 +231,53 @@ def run_job(args, probe_dir):
     os.unlink(samples_file)
     del loader
 
+    return summarize(args, events, mem, probes, ds.sample_bytes()
+                     if args.shape == "cameras" else args.image_mib * MiB,
+                     (main_before, main_after))
+
+
+def run_ddp(args, probe_dir):
+    """torchrun --standalone with --ranks ranks of ddp_train.py (DDP, gloo),
+    each with its own persistent DataLoader; the whole tree sampled."""
+    fd, samples_file = tempfile.mkstemp(prefix="brc-jobmem-", suffix=".json")
+    os.close(fd)
+    sampler = tj.jobmem_sampler(samples_file, args.interval)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           "--nproc-per-node", str(args.ranks),
+           os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                        "ddp_train.py"), "--out", probe_dir,
+           "--epochs", str(args.epochs), "--batches", str(args.batches),
+           "--batch-size", str(args.batch_size),
+           "--workers", str(args.workers), "--height", str(args.height),
+           "--width", str(args.width), "--step-ms", str(args.step_ms),
+           "--idle", str(args.pause)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=500)
+    sampler.stdin.close()
+    sampler.wait(timeout=30)
+    with open(samples_file) as f:
+        mem = json.load(f)
+    os.unlink(samples_file)
+    if p.returncode != 0:
+        sys.stderr.write(p.stdout + p.stderr)
+        raise RuntimeError("torchrun exited with %d" % p.returncode)
+    ranks = []
+    for r in range(args.ranks):
+        with open(os.path.join(probe_dir, "rank%d.json" % r)) as f:
+            ranks.append(json.load(f))
+    events = ranks[0]["events"]
+    events.append([events[-1][0], "tail_end", None])
+    result, timeline = summarize(
+        args, events, mem,
+        {"idle": [{"brc": r["workers_brc"]} for r in ranks]},
+        args.cams * 3 * args.height * args.width * 4,
+        (ranks[0]["main_brc"], ranks[0]["main_brc"]))
+    result["ranks"] = args.ranks
+    result["losses"] = [r["losses"] for r in ranks]
+    return result, timeline
+
+
+def summarize(args, events, mem, probes, sample_bytes, main_brc):
+    """The job's memory numbers from the sampler's rows and the events."""
     t_ev = {}
     for t, kind, epoch in events:
         t_ev[(kind, epoch)] = t
@@ -234,7 +287,7 @@ def run_job(args, probe_dir):
         # while workers are still starting (importing torch)
         if e > 0 or args.epochs == 1:
             active.append((t_ev[("first_batch", e)], t_ev[("epoch_end", e)]))
-        if ("pause_end", e) in t_ev:
+        if ("pause_end", e) in t_ev:    # ddp: after every epoch
             idle.append((t_ev[("epoch_end", e)], t_ev[("pause_end", e)]))
     if args.persistent and args.tail:
         idle.append((t_ev[("epoch_end", args.epochs - 1)],
@@ -253,9 +306,7 @@ def run_job(args, probe_dir):
         "epochs": args.epochs, "step_ms": args.step_ms, "pause": args.pause,
         "tail": args.tail, "persistent": args.persistent,
         "collate": args.collate,
-        "batch_mib": round(args.batch_size * (
-            ds.sample_bytes() if args.shape == "cameras"
-            else args.image_mib * MiB) / MiB, 1),
+        "batch_mib": round(args.batch_size * sample_bytes / MiB, 1),
         "job_peak": max(r[1] for r in run),
         "job_steady": mean([r[1] for r in act]),
         "job_idle": mean([r[1] for r in idl]),
@@ -268,9 +319,10 @@ def run_job(args, probe_dir):
         "epoch_s": [round(b - a, 3) for a, b in
                     [(t_ev[("epoch_start", e)], t_ev[("epoch_end", e)])
                      for e in range(args.epochs)]],
-        "main_brc_before": main_before, "main_brc_after": main_after,
+        "main_brc_before": main_brc[0], "main_brc_after": main_brc[1],
         "workers_brc": {k: tj.sum_stats(v) for k, v in probes.items()},
-        "frees": {k: tj.free_summary(v) for k, v in probes.items()},
+        "frees": {k: tj.free_summary(v) for k, v in probes.items()
+                  if all("frees" in r for r in v)},
         "threads": probes["last_batch"][0]["threads"]
         if probes.get("last_batch") else [],
     }
@@ -310,7 +362,8 @@ def main():
                       res["after_timeout"]["mapped"] / MiB,
                       STATUS_CHECK_S + 0.5))
         else:
-            res, timeline = run_job(args, probe_dir)
+            run = run_ddp if args.shape == "ddp" else run_job
+            res, timeline = run(args, probe_dir)
             print("torch %s: job peak %.0f MiB, steady %.0f MiB, idle %s; "
                   "epochs %s s" % (
                       args.name, res["job_peak"] / MiB,

@@ -45,7 +45,7 @@ GOAL_TORCH = 1.05   # ft-brc steady job memory <= 1.05 x gil
 GOAL_T2I = 1.005    # single-threaded instructions ft-brc (and t=0) <= x ft
 GOAL_BURST_SUSPENSIONS = 10     # ft-brc frees a blocked owner's burst in
 GOAL_BURST_LATENCY = 2e-3       # ... and lets it run within 2 ms of waking
-TORCH_SHAPES = ["current", "cam4", "cam8", "cam4-stack"]
+TORCH_SHAPES = ["current", "cam4", "cam8", "cam4-stack", "ddp"]
 TORCH_REPROS = ["repro", "repro-stack"]
 TORCH_REPRO_CONFIGS = ["gil", "ft", "ft-upstream", "ft-brc", "ft-brc-t0"]
 
@@ -833,9 +833,11 @@ def torch_section(results, suites, info, goals):
             rows_any = True
         some = next(d for c in order for d in tls[c].values())
         r = some["result"]
-        w("**%s**: %d workers, %d batches of %d x %.1f MiB per epoch, %d "
+        w("**%s**: %s%d workers, %d batches of %d x %.1f MiB per epoch, %d "
           "epoch(s)%s, training step %.0f ms, persistent workers %s."
-          % (name, r["workers"], r["batches"], r["batch_size"],
+          % (name, "torchrun, %d DDP ranks (gloo), each with " % r["ranks"]
+             if r.get("ranks") else "", r["workers"], r["batches"],
+             r["batch_size"],
              r["batch_mib"] / r["batch_size"], r["epochs"],
              ", %.0f s pause between" % r["pause"] if r["epochs"] > 1
              else "", r["step_ms"], "yes" if r["persistent"] else "no"))

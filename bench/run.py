@@ -75,6 +75,8 @@ TORCH_PLAN = [
     ("cam4-stack", ["--shape", "cameras", "--workers", "4", "--collate",
                     "stack", "--name", "cam4-stack"],
      ["gil", "ft", "ft-upstream", "ft-brc"]),
+    # torchrun, 2 DDP ranks (gloo) with 2 persistent workers each
+    ("ddp", ["--shape", "ddp"], ["gil", "ft", "ft-upstream", "ft-brc"]),
 ]
 
 # name -> (flavour, extra environment)

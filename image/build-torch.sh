@@ -2,7 +2,9 @@
 # image/build-torch.sh: the training image with torch (`make image-torch`),
 # built FROM the ft-brc image that `make image` makes, from image/Dockerfile.torch.
 # `image/build-torch.sh --check` (`make image-torch-check`) runs
-# image/torch-check.py inside it.
+# image/torch-check.py inside it; `--torchrun-check` (`make torchrun-check`)
+# runs bench/ddp_train.py under torchrun on one node and on two "nodes"
+# (containers on the host network) and checks it with image/torchrun-verify.py.
 #
 #  1. engine: as image/build.sh (docker if its daemon answers, else podman with
 #     image/containers.conf and --isolation=chroot).
@@ -62,7 +64,61 @@ if [[ ${1:-} == --check ]]; then
         -v "$ROOT/image/torch-check.py:/opt/brc-merge/torch-check.py:ro" \
         "$TORCH_IMAGE" python3 /opt/brc-merge/torch-check.py
 fi
-[[ $# == 0 ]] || die "usage: image/build-torch.sh [--check]"
+# ------------------------------------------------------- --torchrun-check
+# bench/ddp_train.py under torchrun: 2 ranks on one node, then 2 "nodes" of
+# 2 ranks each (two containers on the host network, c10d rendezvous on
+# loopback); image/torchrun-verify.py checks what the ranks wrote.
+if [[ ${1:-} == --torchrun-check ]]; then
+    $ENGINE image inspect "$TORCH_IMAGE" >/dev/null 2>&1 ||
+        die "no image $TORCH_IMAGE: run 'make image-torch' first"
+    out=$(mktemp -d "${TMPDIR:-/tmp}/brc-torchrun.XXXXXX")
+    names=()
+    cleanup() {
+        ((${#names[@]} == 0)) || $ENGINE rm -f "${names[@]}" >/dev/null 2>&1 || true
+        rm -rf -- "$out"
+    }
+    trap cleanup EXIT
+    job=(python3 -m torch.distributed.run --nproc-per-node 2)
+    train=(/opt/brc-merge/bench/ddp_train.py --epochs 3 --batches 8 --idle 2
+           --height 240 --width 400)
+    # --network host: the second "node" reaches the rendezvous on 127.0.0.1.
+# The two "nodes" share a host name, so they need distinct process ids
+# (--pid host): c10d tells nodes apart by host name and pid, and two
+# launchers that are both pid 1 count as one node, and never rendezvous.
+# 127.0.0.1 is both launchers' own address: is_host says which hosts the store.
+    run() { # NAME OUTDIR [--pid host] ARGS...
+        local name=$1 dir=$2 pid=()
+        shift 2
+        [[ ${1:-} != --pid ]] || { pid=(--pid "$2"); shift 2; }
+        names+=("$name")
+        # a hung job must not hang make: the cleanup removes what is left
+        timeout 600 $ENGINE run --rm --name "$name" --network host "${pid[@]}" --shm-size="$SHM_SIZE" \
+            -v "$ROOT/bench:/opt/brc-merge/bench:ro" -v "$out:/out" \
+            "$TORCH_IMAGE" "${job[@]}" "$@" "${train[@]}" --out "/out/$dir"
+    }
+    say "one node: torchrun --standalone, 2 ranks (--shm-size=$SHM_SIZE)"
+    run brc-torchrun-1 one --standalone || die "the one-node job failed or hung (600 s)"
+    python3 image/torchrun-verify.py "$out/one" 2 --label one-node
+    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    say "two nodes: two containers on the host network, 2 ranks each, rendezvous c10d at 127.0.0.1:$port"
+    pids=()
+    for node in 0 1; do
+        run "brc-torchrun-node$node" two --pid host --nnodes 2 --node-rank "$node" \
+            --rdzv-backend c10d --rdzv-endpoint "127.0.0.1:$port" \
+            --rdzv-id brc-torchrun-check --rdzv-conf "is_host=$((node == 0))" &
+        pids+=($!)
+    done
+    fail=
+    for pid in "${pids[@]}"; do
+        # shellcheck disable=SC2015  # a failed wait is what we record
+        wait "$pid" && true || fail=1
+    done
+    [[ -z $fail ]] || die "a launcher of the two-node job failed or hung (600 s)"
+    python3 image/torchrun-verify.py "$out/two" 4 --label two-nodes
+    say "torchrun-check: ok (one node, two nodes)"
+    exit 0
+fi
+[[ $# == 0 ]] || die "usage: image/build-torch.sh [--check|--torchrun-check]"
 
 $ENGINE image inspect "$IMAGE" >/dev/null 2>&1 ||
     die "no image $IMAGE: run 'make image' (or 'make image PREBUILT=1') first"
