@@ -42,7 +42,7 @@ CHECKS := $(VENV)/bin/python tests/regrtest_checks.py
 DIST_ENV := $(if $(DIST),BRC_MERGE_DIST='$(DIST)') $(if $(CACHE),BRC_MERGE_CACHE='$(CACHE)')
 
 .PHONY: help ft-brc ft gil flavours main-ft main-ft-brc main-flavours test-main test venv image-deps bench bench-fast bench-torch bench-venv clean distclean checksums \
-	image base-image image-torch image-torch-check torchrun-check dist-tarball $(CHECKING) $(COMPARE) compare compare-main tsan tsan-stock asan asan-stock refleak stress parity reliability
+	image base-image image-torch image-torch-check torchrun-check clean-torch dist-tarball $(CHECKING) $(COMPARE) compare compare-main tsan tsan-stock asan asan-stock refleak stress parity reliability
 
 help: ## list the targets (plain `make` builds ft-brc)
 	@echo "make [TARGET] [JOBS=N SOURCE=PATH CACHE=DIR DIST=DIR PATCHES=DIR OPTIMIZE=1 OFFLINE=1]"
@@ -233,6 +233,19 @@ clean: ## remove the dist/ symlinks and .venv (keeps every cache)
 	done; \
 	rmdir "$$dist" 2>/dev/null || true
 	rm -rf $(VENV)
+
+# What bench-torch and torchrun-check keep for their next run: ~5 GB per venv,
+# ~6 GB of image, ~3 GB of wheels per ABI.
+clean-torch: ## remove the torch installs: bench/.venvs, the torch image and the cached wheels
+	rm -rf bench/.venvs
+	@engine=$${ENGINE:-$$(command -v podman || command -v docker || true)}; \
+	export CONTAINERS_CONF=$${CONTAINERS_CONF:-$$PWD/image/containers.conf}; \
+	. patches/3.14/base; img='$(TORCH_IMAGE)'; img=$${img:-brc-merge:$$PY_VERSION-ft-brc-torch}; \
+	if [[ -n $$engine ]] && $$engine image inspect "$$img" >/dev/null 2>&1; then \
+		echo "$$engine rmi $$img"; $$engine rmi "$$img" >/dev/null; \
+	fi; \
+	cache=$$($(BUILD) $(BUILD_ARGS) --print-config | sed -n 's/^BRC_MERGE_CACHE=//p'); \
+	[[ -z $$cache || $$cache == / ]] || { echo "rm -rf $$cache/wheels"; rm -rf "$$cache/wheels"; }
 
 distclean: clean ## also remove CACHE/build and CACHE/install (keeps CACHE/sources and downloads)
 	@cache=$$($(BUILD) $(BUILD_ARGS) --print-config | sed -n 's/^BRC_MERGE_CACHE=//p'); \

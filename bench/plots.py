@@ -60,18 +60,20 @@ def torch_memory(results, shape, out):
     # the phases are the same in every run (a fixed schedule): shade the
     # idle ones of the first run
     ev = {(kind, arg): t for t, kind, arg in runs[0][2]["timeline"]["events"]}
-    idle = [(ev.get(("epoch_end", 0)), ev.get(("pause_end", 0))),
-            (ev.get(("epoch_end", runs[0][2]["result"]["epochs"] - 1)),
-             ev.get(("tail_end", None)))]
+    epochs = runs[0][2]["result"]["epochs"]
+    idle = [(ev.get(("epoch_end", e)), ev.get(("pause_end", e)))
+            for e in range(epochs)]     # ddp pauses after every epoch
+    idle.append((ev.get(("epoch_end", epochs - 1)), ev.get(("tail_end", None))))
     for ax in (top, bottom):
         for a, b in idle:
             if a is not None and b is not None:
                 ax.axvspan(a, b, color="grey", alpha=0.12, linewidth=0)
         ax.grid(alpha=0.3)
     r = runs[0][2]["result"]
-    top.set_title("torch DataLoader job, %s: %d workers, batches of %.0f MiB,"
-                  " %d epochs (grey: loader idle)"
-                  % (shape, r["workers"], r["batch_mib"], r["epochs"]),
+    top.set_title("torch DataLoader job, %s: %s%d workers, batches of %.0f "
+                  "MiB, %d epochs (grey: loader idle)"
+                  % (shape, "%d DDP ranks x " % r["ranks"] if r.get("ranks")
+                     else "", r["workers"], r["batch_mib"], r["epochs"]),
                   fontsize=10)
     top.set_ylabel("job memory (MiB)")
     top.legend(fontsize=8, ncol=4, loc="lower center")
@@ -81,7 +83,7 @@ def torch_memory(results, shape, out):
                       % runs[0][1])
     idle_shm = {c: d["result"]["shm_idle"] / MiB for c, _, d in runs}
     # in the first idle phase, where only ft's line is off zero
-    bottom.text(0.35, 0.92, "held while idle (this round):\n" + ", ".join(
+    bottom.text(0.02, 0.92, "held while idle (this round):\n" + ", ".join(
         "%s %.0f" % (c, v) for c, v in idle_shm.items()) + " MiB",
         transform=bottom.transAxes, fontsize=7.5, va="top")
     save(plt, fig, out)
