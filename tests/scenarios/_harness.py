@@ -30,6 +30,7 @@ import gc
 import json
 import mmap
 import os
+import select
 import sys
 import threading
 import time
@@ -210,13 +211,19 @@ def anon_buffer(size=PAYLOAD_SIZE, shared=False):
 
 
 class Tracker:
-    """Records, for every watched object, which thread finalised it."""
+    """Records, for every watched object, which thread finalised it.
+
+    _freed takes no lock: a finalizer runs at any eval-breaker check, also
+    one inside _freed or Event.set() on the same thread (where an owner
+    merges its own queue), and would deadlock on a lock its thread holds
+    (seen on stock ft). A pipe says that all are freed."""
 
     def __init__(self):
         self._lock = threading.Lock()
         self.expected = 0
         self.records = []          # (label, thread ident, monotonic time)
-        self.all_freed = threading.Event()
+        self._done_r, self._done_w = os.pipe()
+        os.set_blocking(self._done_w, False)
 
     def watch(self, obj, label):
         with self._lock:
@@ -229,18 +236,22 @@ class Tracker:
         self.watch(payload.buf, "buffer%d" % payload.index)
 
     def _freed(self, label):
-        with self._lock:
-            self.records.append((label, threading.get_ident(), now()))
-            if len(self.records) >= self.expected:
-                self.all_freed.set()
+        self.records.append((label, threading.get_ident(), now()))
+        if len(self.records) >= self.expected:
+            try:
+                os.write(self._done_w, b"x")
+            except BlockingIOError:     # the pipe is full: it is readable
+                pass
+
+    def wait_all_freed(self, timeout):
+        """True once every watched object is finalised (within timeout s)."""
+        return bool(select.select([self._done_r], [], [], max(0.0, timeout))[0])
 
     def snapshot(self):
-        with self._lock:
-            return list(self.records)
+        return list(self.records)
 
     def freed_count(self):
-        with self._lock:
-            return len(self.records)
+        return len(self.records)
 
 
 def new_payload(index, tracker):
@@ -268,7 +279,7 @@ def measure(tracker, owner_ident, owner_native_id, owner_awake, deadline,
     `owner_awake` is a callable returning True once the owner has returned
     from its blocking call.
     """
-    tracker.all_freed.wait(max(0.0, dropped_at + deadline - now()))
+    tracker.wait_all_freed(dropped_at + deadline - now())
     waited = now() - dropped_at
     # The counters are the ones the settling loop ended on. Read again
     # after the snapshot and the RSS, they once counted 1 object queued
@@ -306,7 +317,7 @@ def after_wake(tracker, owner_ident):
     """Called after the owner was released (and joined, where possible):
     everything must eventually be freed -- the objects were held, not
     leaked."""
-    tracker.all_freed.wait(WAKE_TIMEOUT)
+    tracker.wait_all_freed(WAKE_TIMEOUT)
     records = tracker.snapshot()
     result = {
         "freed_after_wake": len(records),
