@@ -72,9 +72,10 @@ if [[ ${1:-} == --torchrun-check ]]; then
     $ENGINE image inspect "$TORCH_IMAGE" >/dev/null 2>&1 ||
         die "no image $TORCH_IMAGE: run 'make image-torch' first"
     out=$(mktemp -d "${TMPDIR:-/tmp}/brc-torchrun.XXXXXX")
-    names=()
+    # every container this check may start, removed whatever is left of them
+    names=(brc-torchrun-1 brc-torchrun-node0 brc-torchrun-node1)
     cleanup() {
-        ((${#names[@]} == 0)) || $ENGINE rm -f "${names[@]}" >/dev/null 2>&1 || true
+        $ENGINE rm -f "${names[@]}" >/dev/null 2>&1 || true
         rm -rf -- "$out"
     }
     trap cleanup EXIT
@@ -82,15 +83,14 @@ if [[ ${1:-} == --torchrun-check ]]; then
     train=(/opt/brc-merge/bench/ddp_train.py --epochs 3 --batches 8 --idle 2
            --height 240 --width 400)
     # --network host: the second "node" reaches the rendezvous on 127.0.0.1.
-# The two "nodes" share a host name, so they need distinct process ids
-# (--pid host): c10d tells nodes apart by host name and pid, and two
-# launchers that are both pid 1 count as one node, and never rendezvous.
-# 127.0.0.1 is both launchers' own address: is_host says which hosts the store.
+    # The two "nodes" share a host name, so they need distinct process ids
+    # (--pid host): c10d tells nodes apart by host name and pid, and two
+    # launchers that are both pid 1 count as one node, and never rendezvous.
+    # 127.0.0.1 is both launchers' own address: is_host says which hosts the store.
     run() { # NAME OUTDIR [--pid host] ARGS...
         local name=$1 dir=$2 pid=()
         shift 2
         [[ ${1:-} != --pid ]] || { pid=(--pid "$2"); shift 2; }
-        names+=("$name")
         # a hung job must not hang make: the cleanup removes what is left
         timeout 600 $ENGINE run --rm --name "$name" --network host "${pid[@]}" --shm-size="$SHM_SIZE" \
             -v "$ROOT/bench:/opt/brc-merge/bench:ro" -v "$out:/out" \
@@ -110,8 +110,7 @@ if [[ ${1:-} == --torchrun-check ]]; then
     done
     fail=
     for pid in "${pids[@]}"; do
-        # shellcheck disable=SC2015  # a failed wait is what we record
-        wait "$pid" && true || fail=1
+        wait "$pid" || fail=1
     done
     [[ -z $fail ]] || die "a launcher of the two-node job failed or hung (600 s)"
     python3 image/torchrun-verify.py "$out/two" 4 --label two-nodes
