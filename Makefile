@@ -31,7 +31,7 @@ BUILD_ARGS := $(if $(JOBS),--jobs '$(JOBS)') $(if $(SOURCE),--source '$(SOURCE)'
 	$(if $(filter 1 yes true,$(OFFLINE)),--offline) $(if $(filter 1 yes true,$(QUIET)),--quiet)
 
 CHECKING := ft-brc-debug ft-tsan ft-brc-tsan ft-asan ft-brc-asan
-# The model of the fix upstream merged (patches/<line>/compare): built on demand.
+# Stock plus the backport of upstream's fix (patches/<line>/compare): on demand.
 COMPARE := ft-upstream main-ft-upstream
 ALL_FLAVOURS := $(FLAVOURS) $(MAIN_FLAVOURS) $(CHECKING) $(COMPARE)
 # make stress: seconds per flavour (two flavours: about 5 minutes in all).
@@ -70,10 +70,10 @@ main-ft-brc: ## build free-threaded CPython main + patches/main into dist/main-f
 main-flavours: ## build both main flavours: main-ft main-ft-brc
 	$(BUILD) $(BUILD_ARGS) $(MAIN_FLAVOURS)
 
-ft-upstream: ## build stock free-threaded + a model of upstream's fix into dist/ft-upstream (comparison only)
+ft-upstream: ## build stock free-threaded + the backport of upstream's fix into dist/ft-upstream (comparison only)
 	$(BUILD) $(BUILD_ARGS) ft-upstream
 
-main-ft-upstream: ## the same model on CPython main into dist/main-ft-upstream
+main-ft-upstream: ## the same backport on CPython main into dist/main-ft-upstream
 	$(BUILD) $(BUILD_ARGS) main-ft-upstream
 
 ft-brc-debug: ## build ft-brc with --with-pydebug into dist/ft-brc-debug

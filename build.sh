@@ -34,8 +34,8 @@ declare -A FLAVOUR_DESC=(
     [ft-brc-asan]="ft-brc, AddressSanitizer + pydebug (clang)"
     [main-ft]="stock CPython main (pinned commit), free-threaded"
     [main-ft-brc]="main-ft + patches/main series (BRC merge)"
-    [ft-upstream]="ft + a model of upstream's gh-157838 fix (comparison only)"
-    [main-ft-upstream]="main-ft + the same model (comparison only)"
+    [ft-upstream]="ft + the backport of upstream's gh-157838 fix (comparison only)"
+    [main-ft-upstream]="main-ft + the same backport (comparison only)"
 )
 declare -A FLAVOUR_PATCHED=([gil]=0 [ft]=0 [ft-brc]=1 [ft-brc-debug]=1 [ft-tsan]=0 [ft-brc-tsan]=1
     [ft-asan]=0 [ft-brc-asan]=1 [main-ft]=0 [main-ft-brc]=1 [ft-upstream]=0 [main-ft-upstream]=0)
@@ -1144,8 +1144,10 @@ stage_update_checksums() {
     # The checking and comparison series apply to the base too (after the
     # series or alone): the base files they touch are verified like the
     # series' own.
-    mapfile -t checks < <({ compgen -G "$PATCHES/checking/*.series"
-                            compgen -G "$PATCHES/compare/*.series"; } | sort)
+    # (|| true: errexit holds in the subshell, and main has no checking/.)
+    mapfile -t checks < <({ compgen -G "$PATCHES/checking/*.series" || true
+                            compgen -G "$PATCHES/compare/*.series" || true
+                          } | sort)
     for c in "${checks[@]}"; do
         local d=${c%/*}
         while read -r p; do

@@ -18,7 +18,7 @@ import _util  # noqa: E402
 MiB = 1 << 20
 T1_ORDER = ["ft-brc-t0", "ft-brc", "ft-brc-t2", "ft-brc-t10",
             "ft-brc-t100", "ft", "ft-upstream"]
-# ft-upstream: stock ft + a model of upstream's fix (bench/run.py)
+# ft-upstream: stock ft + the backport of upstream's fix (bench/run.py)
 FLAVOUR_ORDER = ["gil", "ft", "ft-upstream", "ft-brc"]
 BURST_ORDER = FLAVOUR_ORDER + ["ft-brc-t0"]
 # what ft-brc is put beside in the goal rows
@@ -953,7 +953,7 @@ def write_report(results):
          ", ".join("%s %s" % (k[:4], v)
                    for k, v in mach.get("patches", {}).items())))
     if mach.get("compare_patches"):
-        w("| ft-upstream's model | %s |" % ", ".join(
+        w("| ft-upstream's backport | %s |" % ", ".join(
             "%s %s" % kv for kv in mach["compare_patches"].items()))
     for f, d in mach.get("flavours", {}).items():
         w("| %s | %s; configure `%s`; build key %s |"
@@ -977,13 +977,12 @@ def write_report(results):
       "to change by up to 2x between and even within processes), so trust "
       "compare_to's significance and the ranges more than single numbers.")
     w("")
-    w("*ft-upstream* is stock ft plus `patches/%s/compare/"
-      "upstream-model.patch`, a model of the fix merged upstream for "
-      "gh-157838: a thread that queues an object to a detached owner "
-      "suspends it, merges its whole queue and frees the objects inside "
-      "that Py_DECREF. It has no `sys._brc_stats()` and no knobs; it runs "
-      "wherever stock ft runs with threads, and is skipped when not built."
-      % info.get("line", "3.14"))
+    w("*ft-upstream* is stock ft plus `patches/%s/compare/`, the backport "
+      "of the fix shipped upstream for gh-157838 (in 3.14.10): a thread "
+      "that queues an object to a detached owner suspends it, merges its "
+      "whole queue and frees the objects inside that Py_DECREF. It has no "
+      "`sys._brc_stats()` and no knobs; it runs wherever stock ft runs with "
+      "threads, and is skipped when not built." % info.get("line", "3.14"))
     w("")
     w("GOALS_PLACEHOLDER")
     w("")

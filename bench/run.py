@@ -6,8 +6,8 @@ matplotlib, pyperformance).  For every flavour in dist/ it makes a venv
 bench/.venvs/<flavour> (from dist/<flavour>/bin/python3, with pyperf) and
 runs the bench/bm_*.py scripts with it.  A *configuration* is a flavour plus
 environment (the ft-brc threshold knob), e.g. ft-brc-t0.  ft-upstream
-(stock ft plus patches/<line>/compare/upstream-model.patch, a model of the
-fix upstream merged for gh-157838; built on demand: ./build.sh ft-upstream)
+(stock ft plus patches/<line>/compare/, the backport of the fix upstream
+shipped for gh-157838; built on demand: ./build.sh ft-upstream)
 runs wherever stock ft runs with threads; it is skipped when not built.
 
 Configurations and benchmarks are interleaved: every round runs every
@@ -83,7 +83,7 @@ TORCH_PLAN = [
 CONFIGS = {
     "gil": ("gil", {}),
     "ft": ("ft", {}),
-    "ft-upstream": ("ft-upstream", {}),   # stock ft + the upstream model
+    "ft-upstream": ("ft-upstream", {}),   # stock ft + upstream's fix
     "ft-brc": ("ft-brc", {}),   # default threshold (1)
     "ft-brc-t0": ("ft-brc", {KNOB: "0"}),
     "ft-brc-t2": ("ft-brc", {KNOB: "2"}),
@@ -875,7 +875,7 @@ def machine_info():
                          "patches", "bench")),
         "series_sha256": series_sha,
         "patches": per_patch,
-        # ft-upstream's model of upstream's fix
+        # ft-upstream: the backport of upstream's fix
         "compare_patches": series_hashes(compare)[1] if compare.exists()
         else {},
         "flavours": {},

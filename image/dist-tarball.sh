@@ -61,7 +61,7 @@ case $f in
         die 2 "$f is a checking flavour (pydebug/sanitizer build for make refleak/tsan/asan): never shipped" \
             "  pack a release flavour instead: make dist-tarball FLAVOUR=ft-brc (or ft, gil)" ;;
     ft-upstream|main-ft-upstream)
-        die 2 "$f is our model of upstream's fix, for comparison only: never shipped" \
+        die 2 "$f is stock plus our backport of upstream's fix, for comparison only: never shipped" \
             "  pack ft-brc (make dist-tarball FLAVOUR=ft-brc) or stock ft" ;;
     main-ft)
         die 2 "main-ft (stock CPython main) is not shipped; these are: ${SHIPPED[*]}" ;;

@@ -6,7 +6,8 @@ FLAVOURS are the three 3.14 flavours every build and test run covers
 (test_build.py parametrizes over them and passes them to `build.sh --check`);
 MAIN_FLAVOURS are the stock and patched free-threaded builds of CPython main
 (`make test` builds them too); EXTRA_FLAVOURS are optional instrumented builds
-and COMPARE_FLAVOURS the model of upstream's fix, which dist_python() also accepts.
+and COMPARE_FLAVOURS stock plus the backport of upstream's fix, which
+dist_python() also accepts.
 """
 import os
 from pathlib import Path
@@ -17,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FLAVOURS = ("gil", "ft", "ft-brc")
 MAIN_FLAVOURS = ("main-ft", "main-ft-brc")
 EXTRA_FLAVOURS = ("ft-brc-debug", "ft-tsan", "ft-brc-tsan", "ft-asan", "ft-brc-asan")
-# The model of the fix upstream merged (patches/<line>/compare), for `make compare`.
+# Stock plus the backport of upstream's fix (patches/<line>/compare), for `make compare`.
 COMPARE_FLAVOURS = ("ft-upstream", "main-ft-upstream")
 
 

@@ -731,11 +731,12 @@ def test_concurrent_builds_of_a_flavour_serialize(fake):
     assert (fake.dist / "ft").is_symlink()
 
 
-# --------------------------------------------------------------------------- the comparison model
+# --------------------------------------------------------------------------- the backport
 @pytest.mark.parametrize("line", ["3.14", "main"])
-def test_upstream_model_applies_with_zero_fuzz(line):
-    """patches/<line>/compare/upstream-model.patch (flavour ft-upstream) still
-    applies to the pinned base exactly, without building anything."""
+def test_upstream_backport_applies_with_zero_fuzz(line):
+    """patches/<line>/compare/ holds one patch, the backport of gh-157838's
+    fix (flavour ft-upstream), which applies to the pinned base exactly,
+    without building anything."""
     env = clean_env()
     for k in ("BRC_MERGE_CACHE", "BRC_MERGE_SOURCE"):
         if os.environ.get(k):
@@ -752,9 +753,12 @@ def test_upstream_model_applies_with_zero_fuzz(line):
         f"no {line} source tree at {tree}: build a flavour of that line first (make test does)"
     series = ROOT / "patches" / line / "compare" / "upstream.series"
     names = [ln.split("#")[0].strip() for ln in series.read_text().splitlines()]
-    assert [n for n in names if n] == ["upstream-model.patch"]
+    names = [n for n in names if n]
+    assert len(names) == 1 and names[0].startswith("0001-gh-157838-"), names
+    text = (series.parent / names[0]).read_text()
+    assert "\nOrigin: backport, python/cpython@17efa94" in text
     p = subprocess.run(["patch", "--dry-run", "-p1", "--fuzz=0", "-f", "-d", str(tree),
-                        "-i", str(series.parent / "upstream-model.patch")],
+                        "-i", str(series.parent / names[0])],
                        capture_output=True, text=True)
     assert p.returncode == 0 and "offset" not in p.stdout and "fuzz" not in p.stdout, \
         p.stdout + p.stderr

@@ -1,8 +1,8 @@
 """`make compare`: gil, ft, ft-upstream and ft-brc side by side on
 public-API scenarios, each cell with the outcome expected of that flavour.
 
-ft-upstream is stock free-threaded CPython plus a model of the fix upstream
-merged for gh-157838 (patches/<line>/compare/upstream-model.patch): it has
+ft-upstream is stock free-threaded CPython plus the backport of the fix
+upstream shipped for gh-157838 (patches/<line>/compare/): it has
 no sys._brc_stats(), so every row here judges by weakref finalisers, the
 thread they ran in, RSS and timing only.  `make test` does not collect this
 file (its name does not start with test_); `make compare` names it.
@@ -85,6 +85,12 @@ PROPERTIES = {
               {"gil": F, "ft": R, "ft-upstream": F, "ft-brc": F},
               "20,000 finished asyncio Tasks freed off their thread (D): "
               "the cost against the owner's own is reported"),
+    "upstream-test": (["--case", "upstream-test", "--trials", "5"],
+                      {"gil": "passes", "ft": "fails",
+                       "ft-upstream": "passes", "ft-brc": "fails"},
+                      "gh-157838's own test (test_gc), restated: an object "
+                      "of a parked owner is gone at the drop; ft-brc (v4) "
+                      "frees it at the dropper's next check instead"),
 }
 for kind, wait in (("event", "Event.wait()"), ("lock", "lock.acquire()")):
     PROPERTIES["handoff-" + kind] = (
@@ -125,6 +131,9 @@ def run_properties(python, args):
 
 def property_outcome(row, r):
     """The observed outcome of a properties.py row and its details."""
+    if row == "upstream-test":
+        counts = r["freed_at_the_drop_of_100"]
+        return ("passes" if all(counts) else "fails"), counts
     if row == "site":
         sites = r["sites"]
         return (next(iter(sites)) if len(sites) == 1 else "mixed"), sites

@@ -30,6 +30,10 @@ handoff-event, handoff-lock
 tasks   20,000 finished asyncio Tasks: the owner times freeing a batch of
         its own; then a second batch is dropped by the dropper while two
         other threads run Python, timed until every Task is finalised.
+upstream-test
+        gh-157838's own test, restated: the owner holds 100 objects and
+        parks in lock.acquire(); the dropper pops them one at a time and
+        asks at once, through a weak reference, whether each is gone.
 """
 
 import argparse
@@ -369,9 +373,37 @@ def case_tasks(trials):
             "freed_after_wake": settle_after_wake(freed, n)}
 
 
+def case_upstream_test(trials):
+    at_drop = []
+    for _ in range(trials):
+        lock, filled, box = threading.Lock(), threading.Event(), []
+        lock.acquire()
+
+        def owner():
+            box.extend(Obj() for _ in range(100))
+            filled.set()
+            lock.acquire()
+
+        t = threading.Thread(target=owner, daemon=True)
+        t.start()
+        if not filled.wait(h.BLOCK_TIMEOUT):
+            raise RuntimeError("owner never handed over its objects")
+        h.wait_blocked(t.native_id)
+        gone = 0
+        while box:
+            obj = box.pop()
+            ref = weakref.ref(obj)
+            del obj     # nothing runs between the drop and the check
+            gone += ref() is None
+        lock.release()
+        t.join(h.WAKE_TIMEOUT)
+        at_drop.append(gone)
+    return {"trials": trials, "freed_at_the_drop_of_100": at_drop}
+
+
 CASES = {"spin": case_spin, "chain": case_chain, "pauses": case_pauses,
          "site": case_site,
-         "tasks": case_tasks,
+         "tasks": case_tasks, "upstream-test": case_upstream_test,
          "handoff-event": lambda t: case_handoff(t, "event"),
          "handoff-lock": lambda t: case_handoff(t, "lock")}
 
