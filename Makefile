@@ -32,7 +32,7 @@ BUILD_ARGS := $(if $(JOBS),--jobs '$(JOBS)') $(if $(SOURCE),--source '$(SOURCE)'
 
 CHECKING := ft-brc-debug ft-tsan ft-brc-tsan ft-asan ft-brc-asan
 # Stock plus the backport of upstream's fix (patches/<line>/compare): on demand.
-COMPARE := ft-upstream main-ft-upstream
+COMPARE := ft-upstream main-ft-upstream ft-upstream-debug
 ALL_FLAVOURS := $(FLAVOURS) $(MAIN_FLAVOURS) $(CHECKING) $(COMPARE)
 # make stress: seconds per flavour (two flavours: about 5 minutes in all).
 STRESS_SECONDS ?= 150
@@ -42,7 +42,7 @@ CHECKS := $(VENV)/bin/python tests/regrtest_checks.py
 DIST_ENV := $(if $(DIST),BRC_MERGE_DIST='$(DIST)') $(if $(CACHE),BRC_MERGE_CACHE='$(CACHE)')
 
 .PHONY: help ft-brc ft gil flavours main-ft main-ft-brc main-flavours test-main test venv image-deps bench bench-fast bench-torch bench-venv clean distclean checksums \
-	image base-image image-torch image-torch-check torchrun-check clean-torch dist-tarball $(CHECKING) $(COMPARE) compare compare-main tsan tsan-stock asan asan-stock refleak stress parity reliability
+	image base-image image-torch image-torch-check torchrun-check clean-torch dist-tarball $(CHECKING) $(COMPARE) compare compare-main exhibit-h1 tsan tsan-stock asan asan-stock refleak stress parity reliability
 
 help: ## list the targets (plain `make` builds ft-brc)
 	@echo "make [TARGET] [JOBS=N SOURCE=PATH CACHE=DIR DIST=DIR PATCHES=DIR OPTIMIZE=1 OFFLINE=1]"
@@ -75,6 +75,9 @@ ft-upstream: ## build stock free-threaded + the backport of upstream's fix into 
 
 main-ft-upstream: ## the same backport on CPython main into dist/main-ft-upstream
 	$(BUILD) $(BUILD_ARGS) main-ft-upstream
+
+ft-upstream-debug: ## ft-upstream with --with-pydebug into dist/ft-upstream-debug (make exhibit-h1)
+	$(BUILD) $(BUILD_ARGS) ft-upstream-debug
 
 ft-brc-debug: ## build ft-brc with --with-pydebug into dist/ft-brc-debug
 	$(BUILD) $(BUILD_ARGS) ft-brc-debug
@@ -137,6 +140,10 @@ compare: flavours ft-upstream venv ## the same scenarios on gil, ft, ft-upstream
 
 compare-main: main-flavours main-ft-upstream venv ## the same on CPython main (main-ft, main-ft-upstream, main-ft-brc)
 	$(DIST_ENV) BRC_MERGE_COMPARE_LINE=main $(VENV)/bin/pytest tests/compare/compare_scenarios.py $(PYTEST_ARGS)
+
+# H1 of docs/upstream.md on the backport and on ft-brc, release and pydebug
+exhibit-h1: ft-brc ft-upstream ft-upstream-debug ft-brc-debug venv ## finalizers inside a non-escaping decref: ft-upstream runs them there, its pydebug build aborts; ft-brc does not
+	$(DIST_ENV) $(VENV)/bin/pytest tests/test_h1.py $(PYTEST_ARGS)
 
 # Reliability (docs/reliability.md); reports under tests/results/.
 tsan: ft-brc-tsan venv ## test_free_threading (incl. test_brc) under TSan on ft-brc-tsan: zero reports
