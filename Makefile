@@ -32,7 +32,7 @@ BUILD_ARGS := $(if $(JOBS),--jobs '$(JOBS)') $(if $(SOURCE),--source '$(SOURCE)'
 
 CHECKING := ft-brc-debug ft-tsan ft-brc-tsan ft-asan ft-brc-asan
 # Stock plus the backport of upstream's fix (patches/<line>/compare): on demand.
-COMPARE := ft-upstream main-ft-upstream ft-upstream-debug
+COMPARE := ft-upstream main-ft-upstream ft-upstream-debug ft-v5
 ALL_FLAVOURS := $(FLAVOURS) $(MAIN_FLAVOURS) $(CHECKING) $(COMPARE)
 # make stress: seconds per flavour (two flavours: about 5 minutes in all).
 STRESS_SECONDS ?= 150
@@ -78,6 +78,9 @@ main-ft-upstream: ## the same backport on CPython main into dist/main-ft-upstrea
 
 ft-upstream-debug: ## ft-upstream with --with-pydebug into dist/ft-upstream-debug (make exhibit-h1)
 	$(BUILD) $(BUILD_ARGS) ft-upstream-debug
+
+ft-v5: ## the backport + the v5 follow-ups done so far into dist/ft-v5 (in progress)
+	$(BUILD) $(BUILD_ARGS) ft-v5
 
 ft-brc-debug: ## build ft-brc with --with-pydebug into dist/ft-brc-debug
 	$(BUILD) $(BUILD_ARGS) ft-brc-debug
@@ -142,7 +145,7 @@ compare-main: main-flavours main-ft-upstream venv ## the same on CPython main (m
 	$(DIST_ENV) BRC_MERGE_COMPARE_LINE=main $(VENV)/bin/pytest tests/compare/compare_scenarios.py $(PYTEST_ARGS)
 
 # H1 of docs/upstream.md on the backport and on ft-brc, release and pydebug
-exhibit-h1: ft-brc ft-upstream ft-upstream-debug ft-brc-debug venv ## finalizers inside a non-escaping decref: ft-upstream runs them there, its pydebug build aborts; ft-brc does not
+exhibit-h1: ft-brc ft-upstream ft-upstream-debug ft-brc-debug ft-v5 venv ## finalizers inside a non-escaping decref: ft-upstream runs them there, its pydebug build aborts; ft-brc does not
 	$(DIST_ENV) $(VENV)/bin/pytest tests/test_h1.py $(PYTEST_ARGS)
 
 # Reliability (docs/reliability.md); reports under tests/results/.

@@ -44,6 +44,13 @@ def test_brc_suite(flavour):
     assert "Tests result: SUCCESS" in proc.stdout, tail
 
 
+def test_v5_in_progress():
+    """ft-v5 (built on demand): the backport's test and each follow-up's."""
+    proc, tail = regrtest(dist_python("ft-v5"), "-v",
+                          "test_free_threading.test_gc")
+    assert proc.returncode == 0, tail
+
+
 @pytest.mark.parametrize("flavour", PATCHED)
 def test_related_suites(flavour):
     proc, tail = regrtest(dist_python(flavour), *SUITES)
