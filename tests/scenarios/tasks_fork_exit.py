@@ -57,13 +57,17 @@ def kick():
             os.write(w, b"x")
 
 
-def dropper(box):
+def dropper(box, kick=kick, sleep=time.sleep, dropped=dropped, busy=busy,
+            IndexError=IndexError):
+    # Locals only: a LOAD_GLOBAL that specializes locks the builtins dict,
+    # and a daemon handed that lock while parked hangs the exit on stock
+    # 3.14 too (finalize_restore_builtins); see docs/reliability.md.
     while True:
         try:
             box.pop()
         except IndexError:
             kick()
-            time.sleep(0.001)   # back off until the owner has refilled
+            sleep(0.001)        # back off until the owner has refilled
         else:
             dropped[0] += 1
             if dropped[0] > 1000:
