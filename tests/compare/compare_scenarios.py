@@ -92,6 +92,12 @@ PROPERTIES = {
                       "of a parked owner is gone at the drop; ft-brc (v4) "
                       "frees it at the dropper's next check instead"),
 }
+PROPERTIES["busy"] = (
+    ["--case", "busy", "--trials", str(2 * TRIALS)],
+    {"gil": F, "ft": R, "ft-upstream": L, "ft-brc": F},
+    "review B: the dropper blocks right after a drop that landed while the "
+    "owner spun; the newest thread is in a long C call, the main thread "
+    "runs pure Python: who merges, and how long after the drop")
 for kind, wait in (("event", "Event.wait()"), ("lock", "lock.acquire()")):
     PROPERTIES["handoff-" + kind] = (
         ["--case", "handoff-" + kind, "--trials", str(3 * TRIALS)],
@@ -142,8 +148,10 @@ def property_outcome(row, r):
         left, trials = r["trials_left_behind"], r["trials"] - r["void_trials"]
         counts = {"retained": left, "freed": trials - left,
                   "void": r["void_trials"]}
-        if "objects_left" in r:
-            counts["objects_left"] = r["objects_left"]
+        for key in ("objects_left", "free_latency_ms_median",
+                    "free_latency_ms_max"):
+            if key in r:
+                counts[key] = r[key]
         return summarise(counts, trials), counts
     assert r["owner_blocked_at_measure"], "void: the owner woke\n%s" % r
     assert r["freed_after_wake"] == r["total"], "leaked\n%s" % r

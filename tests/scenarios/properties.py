@@ -30,6 +30,12 @@ handoff-event, handoff-lock
 tasks   20,000 finished asyncio Tasks: the owner times freeing a batch of
         its own; then a second batch is dropped by the dropper while two
         other threads run Python, timed until every Task is finalised.
+busy    review B: a hand-off loop in which a dropper thread drops the
+        owner's objects as soon as it has them (often while the owner spins
+        attached before it parks in lock.acquire()) and then blocks itself;
+        the newest thread is in a long C call (sum(range(...))) and the
+        main thread runs pure Python.  Per trial: how long after the drop
+        the last object was finalised while the owner stayed parked.
 upstream-test
         gh-157838's own test, restated: the owner holds 100 objects and
         parks in lock.acquire(); the dropper pops them one at a time and
@@ -310,6 +316,73 @@ def case_handoff(trials, kind):
             n * trials}
 
 
+def case_busy(trials):
+    n = 2
+    freed, box = [], []
+    handed, dropped, again = (threading.Event() for _ in range(3))
+    state = {"lock": threading.Lock(), "done": False, "at": 0.0}
+    state["lock"].acquire()
+
+    def owner():
+        while not state["done"]:
+            box.extend(Obj() for _ in range(n))
+            for obj in box:
+                weakref.finalize(obj, lambda: freed.append(h.now()))
+            del obj
+            lock = state["lock"]        # held by the main thread
+            handed.set()
+            lock.acquire()
+            lock.release()
+
+    def dropper():
+        for _ in range(trials):
+            handed.wait()
+            handed.clear()
+            state["at"] = h.now()
+            box.clear()
+            dropped.set()
+            again.wait()                # blocked until the next trial
+            again.clear()
+
+    def busy():
+        while not state["done"]:
+            sum(range(6 * 10**7))       # a long C call: no check
+
+    threads = [threading.Thread(target=f, daemon=True)
+               for f in (owner, dropper, busy)]
+    for t in threads:
+        t.start()
+    latencies, left, settled = [], 0, True
+    for i in range(trials):
+        if not dropped.wait(h.BLOCK_TIMEOUT):
+            raise RuntimeError("the dropper never dropped")
+        dropped.clear()
+        target = (i + 1) * n
+        end = state["at"] + SPIN
+        while len(freed) < target and h.now() < end:
+            pass                        # pure Python: checks, no detach
+        if len(freed) < target:
+            left += 1
+        else:
+            latencies.append(max(freed[-n:]) - state["at"])
+        state["done"] = i == trials - 1
+        old, state["lock"] = state["lock"], threading.Lock()
+        state["lock"].acquire()
+        old.release()
+        settled &= settle_after_wake(freed, target) == target
+        again.set()
+    state["lock"].release()
+    for t in threads:
+        t.join(h.WAKE_TIMEOUT)
+    latencies.sort()
+    return {"trials": trials, "trials_left_behind": left, "void_trials": 0,
+            "freed_after_wake": settled,
+            "free_latency_ms_median":
+                latencies[len(latencies) // 2] * 1e3 if latencies else None,
+            "free_latency_ms_max":
+                latencies[-1] * 1e3 if latencies else None}
+
+
 def make_tasks(n):
     async def nothing():
         pass
@@ -402,7 +475,7 @@ def case_upstream_test(trials):
 
 
 CASES = {"spin": case_spin, "chain": case_chain, "pauses": case_pauses,
-         "site": case_site,
+         "site": case_site, "busy": case_busy,
          "tasks": case_tasks, "upstream-test": case_upstream_test,
          "handoff-event": lambda t: case_handoff(t, "event"),
          "handoff-lock": lambda t: case_handoff(t, "lock")}
