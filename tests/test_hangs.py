@@ -24,7 +24,7 @@ EXIT_TIMEOUT = 10       # seconds; an exit not done by then is hung
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="os.pidfd_open() and fork")
 
-FLAVOURS = ["ft", "ft-brc", "main-ft", "main-ft-brc"]
+FLAVOURS = ["ft", "ft-brc", "main-ft", "main-ft-brc", "ft-v5"]
 
 
 @pytest.mark.parametrize("flavour", FLAVOURS)
