@@ -32,7 +32,7 @@ BUILD_ARGS := $(if $(JOBS),--jobs '$(JOBS)') $(if $(SOURCE),--source '$(SOURCE)'
 
 CHECKING := ft-brc-debug ft-tsan ft-brc-tsan ft-asan ft-brc-asan
 # Stock plus the backport of upstream's fix (patches/<line>/compare): on demand.
-COMPARE := ft-upstream main-ft-upstream ft-upstream-debug ft-v5
+COMPARE := ft-upstream main-ft-upstream ft-upstream-debug
 ALL_FLAVOURS := $(FLAVOURS) $(MAIN_FLAVOURS) $(CHECKING) $(COMPARE)
 # make stress: seconds per flavour (two flavours: about 5 minutes in all).
 STRESS_SECONDS ?= 150
@@ -78,9 +78,6 @@ main-ft-upstream: ## the same backport on CPython main into dist/main-ft-upstrea
 
 ft-upstream-debug: ## ft-upstream with --with-pydebug into dist/ft-upstream-debug (make exhibit-h1)
 	$(BUILD) $(BUILD_ARGS) ft-upstream-debug
-
-ft-v5: ## the backport + the v5 follow-ups done so far into dist/ft-v5 (in progress)
-	$(BUILD) $(BUILD_ARGS) ft-v5
 
 ft-brc-debug: ## build ft-brc with --with-pydebug into dist/ft-brc-debug
 	$(BUILD) $(BUILD_ARGS) ft-brc-debug
@@ -145,11 +142,11 @@ compare-main: main-flavours main-ft-upstream venv ## the same on CPython main (m
 	$(DIST_ENV) BRC_MERGE_COMPARE_LINE=main $(VENV)/bin/pytest tests/compare/compare_scenarios.py $(PYTEST_ARGS)
 
 # H1 of docs/upstream.md on the backport and on ft-brc, release and pydebug
-exhibit-h1: ft-brc ft-upstream ft-upstream-debug ft-brc-debug ft-v5 venv ## finalizers inside a non-escaping decref: ft-upstream runs them there, its pydebug build aborts; ft-brc does not
+exhibit-h1: ft-brc ft-upstream ft-upstream-debug ft-brc-debug venv ## finalizers inside a non-escaping decref: ft-upstream runs them there, its pydebug build aborts; ft-brc does not
 	$(DIST_ENV) $(VENV)/bin/pytest tests/test_h1.py $(PYTEST_ARGS)
 
 # Reliability (docs/reliability.md); reports under tests/results/.
-tsan: ft-brc-tsan venv ## test_free_threading (incl. test_brc) under TSan on ft-brc-tsan: zero reports
+tsan: ft-brc-tsan venv ## test_free_threading (incl. the series' test_gc tests) under TSan on ft-brc-tsan: zero reports
 	$(DIST_ENV) $(CHECKS) tsan --flavour ft-brc-tsan $(TESTS)
 
 tsan-stock: ft-tsan venv ## the same on stock ft-tsan (the evidence a suppression needs)
@@ -161,7 +158,7 @@ asan: ft-brc-asan venv ## ASan on ft-brc-asan: self-check, optimistic reads, tes
 asan-stock: ft-asan venv ## the same on stock ft-asan (the evidence for the ASan exclusions)
 	$(DIST_ENV) $(CHECKS) asan --flavour ft-asan --stress-seconds $(ASAN_STRESS_SECONDS) $(TESTS)
 
-refleak: ft-brc-debug venv ## test_brc with regrtest -R 3:3 on ft-brc-debug: no leaks, no assertions
+refleak: ft-brc-debug venv ## test_free_threading.test_gc with regrtest -R 3:3 on ft-brc-debug: no leaks, no assertions
 	$(DIST_ENV) $(CHECKS) refleak --flavour ft-brc-debug $(TESTS)
 
 stress: ft-brc ft-brc-debug venv ## the stress run (~5 min) on ft-brc and ft-brc-debug [STRESS_SECONDS=150]

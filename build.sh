@@ -20,13 +20,13 @@ SERIES_LINE=$DEFAULT_LINE
 # Flavours: the ONE place that defines them and their configure flags.
 # ---------------------------------------------------------------------------
 VALID_FLAVOURS=(gil ft ft-brc ft-brc-debug ft-tsan ft-brc-tsan ft-asan ft-brc-asan
-    main-ft main-ft-brc ft-upstream main-ft-upstream ft-upstream-debug ft-v5)
+    main-ft main-ft-brc ft-upstream main-ft-upstream ft-upstream-debug)
 # The line of each flavour (default: DEFAULT_LINE).
 declare -A FLAVOUR_LINE=([main-ft]=main [main-ft-brc]=main [main-ft-upstream]=main)
 declare -A FLAVOUR_DESC=(
     [gil]="stock CPython, GIL enabled"
     [ft]="stock CPython, free-threaded (--disable-gil)"
-    [ft-brc]="free-threaded + patch series (BRC merge)"
+    [ft-brc]="free-threaded + patch series (upstream's BRC fix + follow-ups)"
     [ft-brc-debug]="ft-brc with --with-pydebug (assertions, refleak runs)"
     [ft-tsan]="stock free-threaded, ThreadSanitizer + pydebug (clang)"
     [ft-brc-tsan]="ft-brc, ThreadSanitizer + pydebug (clang)"
@@ -34,24 +34,22 @@ declare -A FLAVOUR_DESC=(
     [ft-brc-asan]="ft-brc, AddressSanitizer + pydebug (clang)"
     [main-ft]="stock CPython main (pinned commit), free-threaded"
     [main-ft-brc]="main-ft + patches/main series (BRC merge)"
-    [ft-upstream]="ft + the backport of upstream's gh-157838 fix (comparison only)"
+    [ft-upstream]="ft + the series' first patch alone: upstream's gh-157838 fix (comparison only)"
     [main-ft-upstream]="main-ft + the same backport (comparison only)"
     [ft-upstream-debug]="ft-upstream with --with-pydebug (its assertions, comparison only)"
-    [ft-v5]="ft-upstream + the v5 follow-ups done so far (in progress, not shipped)"
 )
 declare -A FLAVOUR_PATCHED=([gil]=0 [ft]=0 [ft-brc]=1 [ft-brc-debug]=1 [ft-tsan]=0 [ft-brc-tsan]=1
     [ft-asan]=0 [ft-brc-asan]=1 [main-ft]=0 [main-ft-brc]=1 [ft-upstream]=0 [main-ft-upstream]=0
-    [ft-upstream-debug]=0 [ft-v5]=0)
+    [ft-upstream-debug]=0)
 # Comparison flavours: the stock base plus another series of patches/<line>/
 # instead of the project's series (never shipped in an image or a tarball).
 declare -A FLAVOUR_SERIES=([ft-upstream]=compare/upstream.series
     [main-ft-upstream]=compare/upstream.series
-    [ft-upstream-debug]=compare/upstream.series [ft-v5]=compare/v5.series)
+    [ft-upstream-debug]=compare/upstream.series)
 declare -A FLAVOUR_GIL=([gil]=True [ft]=False [ft-brc]=False [ft-brc-debug]=False
     [ft-tsan]=False [ft-brc-tsan]=False [ft-asan]=False [ft-brc-asan]=False
     [main-ft]=False [main-ft-brc]=False [ft-upstream]=False
-    [main-ft-upstream]=False [ft-upstream-debug]=False
-    [ft-v5]=False)   # sys._is_gil_enabled()
+    [main-ft-upstream]=False [ft-upstream-debug]=False)   # sys._is_gil_enabled()
 # Checking builds: no PGO/LTO even with --optimize (PGO under TSan would take an
 # hour and tells nothing; the debug build must stay -Og to be debuggable).
 declare -A FLAVOUR_CHECKING=([ft-brc-debug]=1 [ft-tsan]=1 [ft-brc-tsan]=1 [ft-asan]=1 [ft-brc-asan]=1
@@ -75,8 +73,6 @@ CONFIGURE_FLAGS_ft_upstream=(--disable-gil)
 CONFIGURE_FLAGS_main_ft_upstream=(--disable-gil)
 # shellcheck disable=SC2034
 CONFIGURE_FLAGS_ft_upstream_debug=(--disable-gil --with-pydebug)
-# shellcheck disable=SC2034
-CONFIGURE_FLAGS_ft_v5=(--disable-gil)
 # The sanitizer flavours are built with clang-16. TSan as CPython's own CI
 # builds it: clang, --with-pydebug. gcc's TSan does not model the atomic
 # fences CPython and mimalloc use and reports more noise.

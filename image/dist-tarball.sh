@@ -60,7 +60,7 @@ case $f in
     ft-brc-debug|ft-tsan|ft-brc-tsan|ft-asan|ft-brc-asan)
         die 2 "$f is a checking flavour (pydebug/sanitizer build for make refleak/tsan/asan): never shipped" \
             "  pack a release flavour instead: make dist-tarball FLAVOUR=ft-brc (or ft, gil)" ;;
-    ft-upstream|main-ft-upstream|ft-upstream-debug|ft-v5)
+    ft-upstream|main-ft-upstream|ft-upstream-debug)
         die 2 "$f is stock plus our backport of upstream's fix, for comparison only: never shipped" \
             "  pack ft-brc (make dist-tarball FLAVOUR=ft-brc) or stock ft" ;;
     main-ft)

@@ -19,8 +19,7 @@ FLAVOURS = ("gil", "ft", "ft-brc")
 MAIN_FLAVOURS = ("main-ft", "main-ft-brc")
 EXTRA_FLAVOURS = ("ft-brc-debug", "ft-tsan", "ft-brc-tsan", "ft-asan", "ft-brc-asan")
 # Stock plus the backport of upstream's fix (patches/<line>/compare), for `make compare`.
-COMPARE_FLAVOURS = ("ft-upstream", "main-ft-upstream", "ft-upstream-debug",
-                    "ft-v5")
+COMPARE_FLAVOURS = ("ft-upstream", "main-ft-upstream", "ft-upstream-debug")
 
 
 def dist_dir() -> Path:

@@ -54,7 +54,7 @@ OPTIMISTIC_READS = ROOT / "tests" / "asan" / "optimistic_reads.py"
 # The series' own tests, and the free-threading suite around them.
 TSAN_TESTS = ["test_free_threading"]
 ASAN_TESTS = TSAN_TESTS
-REFLEAK_TESTS = ["test_free_threading.test_brc"]
+REFLEAK_TESTS = ["test_free_threading.test_gc"]
 # The stdlib subset of issue 7, with one slice of the multiprocessing suite
 # (the "processes" start-method tests of forkserver: queues, pools, managers),
 # and test_asyncio, whose Task deallocation patch 0005 changes.

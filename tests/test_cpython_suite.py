@@ -1,8 +1,9 @@
 """CPython's own regression tests, run by the patched interpreter.
 
 The patch series carries its tests inside CPython's suite
-(Lib/test/test_free_threading/test_brc.py); this runs them, and the suites
-around the code the series touches, on the installed ft-brc interpreter.
+(Lib/test/test_free_threading/test_gc.py, beside upstream's test of the
+fix); this runs them, and the suites around the code the series touches, on
+the installed ft-brc interpreters.
 A failure prints regrtest's own report.
 """
 
@@ -39,16 +40,9 @@ PATCHED = ["ft-brc", "main-ft-brc"]
 def test_brc_suite(flavour):
     """The series' own tests, alone first, so a failure names them."""
     proc, tail = regrtest(dist_python(flavour), "-v",
-                          "test_free_threading.test_brc")
-    assert proc.returncode == 0, tail
-    assert "Tests result: SUCCESS" in proc.stdout, tail
-
-
-def test_v5_in_progress():
-    """ft-v5 (built on demand): the backport's test and each follow-up's."""
-    proc, tail = regrtest(dist_python("ft-v5"), "-v",
                           "test_free_threading.test_gc")
     assert proc.returncode == 0, tail
+    assert "Tests result: SUCCESS" in proc.stdout, tail
 
 
 @pytest.mark.parametrize("flavour", PATCHED)

@@ -5,9 +5,9 @@ stack pointer is stale there.  tests/scenarios/h1_decref.py provokes it.
 
   ft-upstream        finalizers inside BINARY_OP_ADD_FLOAT
   ft-upstream-debug  aborts on CPython's assertion in _PyEval_EvalFrameDefault
-  ft-brc(-debug)     none there: they run at eval breaker checks
-  ft-v5              none there: the backport plus the follow-up that
-                     releases the rest of the queue at the next check
+  ft-brc(-debug)     none there: the backport plus the follow-up (0002)
+                     that frees only the dropped object inside the decref
+                     and the rest of the queue at the next check
 
 ft-upstream and the debug flavours are built on demand (`make exhibit-h1`);
 `make test` runs the rows whose flavours are built.
@@ -32,7 +32,7 @@ def run(flavour):
                           timeout=120)
 
 
-@pytest.mark.parametrize("flavour", ["ft-brc", "ft-brc-debug", "ft-v5"])
+@pytest.mark.parametrize("flavour", ["ft-brc", "ft-brc-debug"])
 def test_no_finalizer_inside_a_non_escaping_decref(flavour):
     p = run(flavour)
     assert p.returncode == 0, p.stderr

@@ -1,8 +1,9 @@
 """Forks and exits while other threads free a blocked owner's asyncio Tasks
 (tests/scenarios/tasks_fork_exit.py): no fork child and no exit may hang,
-on stock or patched builds.  v4's 0005 hung 12 of 260 children and 9 of 120
-exits on ft-brc by the review's count; test_brc pins the cause
-deterministically, this is the load the review ran, in a short form.
+on stock or patched builds.  v4's Task patch hung 12 of 260 children and 9
+of 120 exits on ft-brc by the review's count (it waited for a lock while
+holding asyncio_tasks_lock); v5's 0005 only tries both locks.  This is the
+load the review ran, in a short form.
 BRC_MERGE_HANG_FORKS / BRC_MERGE_HANG_EXITS change the counts (the release
 check: 500 and 200)."""
 
@@ -24,7 +25,7 @@ EXIT_TIMEOUT = 10       # seconds; an exit not done by then is hung
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="os.pidfd_open() and fork")
 
-FLAVOURS = ["ft", "ft-brc", "main-ft", "main-ft-brc", "ft-v5"]
+FLAVOURS = ["ft", "ft-brc", "main-ft", "main-ft-brc"]
 
 
 @pytest.mark.parametrize("flavour", FLAVOURS)
@@ -38,8 +39,9 @@ def test_fork_children_exit(flavour):
 
 
 # Hazard D, a daemon parked on a busy BRC bucket lock handed it and hanging
-# at shutdown holding it, hung 1 of 63 exits on main-ft-brc before 0006
-# (test_brc.TestBucketLock pins it); with 0006, 0 of 200 on ft-brc.
+# at shutdown holding it, hung 1 of 63 exits on v4's main-ft-brc before its
+# fix (0003 in v5; test_gc.test_exit_while_a_daemon_waits_for_a_bucket pins
+# it); with the fix, 0 of 200 on ft-brc.
 @pytest.mark.parametrize("flavour", FLAVOURS)
 def test_exits_with_daemon_threads_freeing_tasks(flavour):
     python = dist_python(flavour)
