@@ -734,9 +734,9 @@ def test_concurrent_builds_of_a_flavour_serialize(fake):
 # --------------------------------------------------------------------------- the backport
 @pytest.mark.parametrize("line", ["3.14", "main"])
 def test_upstream_backport_applies_with_zero_fuzz(line):
-    """patches/<line>/compare/ holds one patch, the backport of gh-157838's
-    fix (flavour ft-upstream), which applies to the pinned base exactly,
-    without building anything."""
+    """patches/<line>/compare/upstream.series names one patch, the series'
+    own first, the backport of gh-157838's fix (flavour ft-upstream), which
+    applies to the pinned base exactly, without building anything."""
     env = clean_env()
     for k in ("BRC_MERGE_CACHE", "BRC_MERGE_SOURCE"):
         if os.environ.get(k):
@@ -754,7 +754,10 @@ def test_upstream_backport_applies_with_zero_fuzz(line):
     series = ROOT / "patches" / line / "compare" / "upstream.series"
     names = [ln.split("#")[0].strip() for ln in series.read_text().splitlines()]
     names = [n for n in names if n]
-    assert len(names) == 1 and names[0].startswith("0001-gh-157838-"), names
+    assert len(names) == 1 and names[0].startswith("../0001-gh-157838-"), names
+    shipped = [ln.split("#")[0].strip() for ln in
+               (ROOT / "patches" / line / "series").read_text().splitlines()]
+    assert [n for n in shipped if n][0] == names[0][3:], "not the series' first"
     text = (series.parent / names[0]).read_text()
     assert "\nOrigin: backport, python/cpython@17efa94" in text
     p = subprocess.run(["patch", "--dry-run", "-p1", "--fuzz=0", "-f", "-d", str(tree),

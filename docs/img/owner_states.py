@@ -57,7 +57,7 @@ a, d, s = STATES["attached"], STATES["detached"], STATES["suspended"]
 # attached <-> detached: only the owner
 arrow(a + R, Y + 2, d - L, Y + 2, OWNER)
 label((a + d) / 2, Y + 7,
-      "owner blocks\n(ft-brc: hands on its queue\nand its notes as it detaches)",
+      "owner blocks\n(ft-brc: asks for help if\nsomething is queued to it)",
       OWNER)
 arrow(d - L, Y - 2, a + R, Y - 2, OWNER)
 label((a + d) / 2, Y - 7,
@@ -67,8 +67,8 @@ label((a + d) / 2, Y - 7,
 # detached <-> suspended: another thread
 arrow(d + R, Y + 2, s - L, Y + 2, OTHER)
 label((d + s) / 2, Y + 7,
-      "a stop-the-world pause, or\nft-brc: the dropping thread\n"
-      "(CAS under the bucket lock)", OTHER)
+      "a stop-the-world pause, or\nthe dropping thread (the fix;\n"
+      "CAS under the bucket lock)", OTHER)
 arrow(s - L, Y - 2, d + R, Y - 2, OTHER)
 label((d + s) / 2, Y - 7,
       "the same thread after the\npause or the merge (wakes the\n"
@@ -83,12 +83,12 @@ label(50, 56, "owner, at a safe point, when a stop-the-world pause asks",
 ax.text(0, 17, "Where a blocked owner's dropped objects are merged and freed",
         fontsize=9, weight="bold", va="center")
 rows = [
-    ("ft-brc", "by the dropping thread at its next eval-breaker check, with "
-     "the owner held suspended;\n"
-     "or by the attached thread that work was handed on to (if the dropper "
-     "blocked first). Destructors run there."),
-    ("ft-upstream", "inside the Py_DECREF that queued the object, one "
-     "suspension per object queued while the owner is detached."),
+    ("ft-brc", "the dropped object inside its Py_DECREF, as with the GIL; "
+     "the rest of the owner's queue at the dropper's next check;\n"
+     "what an owner or dropper leaves queued as it blocks, or a pause "
+     "held, by the first thread at a check."),
+    ("ft-upstream", "inside the Py_DECREF that queued the object, with "
+     "every other object of the owner's queue."),
     ("stock ft", "by the owner, at its first check after it wakes (or by "
      "the GC)."),
 ]

@@ -2,7 +2,7 @@
 public-API scenarios, each cell with the outcome expected of that flavour.
 
 ft-upstream is stock free-threaded CPython plus the backport of the fix
-upstream shipped for gh-157838 (patches/<line>/compare/): it has
+upstream shipped for gh-157838 (the series' 0001 alone): it has
 no sys._brc_stats(), so every row here judges by weakref finalisers, the
 thread they ran in, RSS and timing only.  `make test` does not collect this
 file (its name does not start with test_); `make compare` names it.
@@ -15,8 +15,8 @@ Outcomes:
 Rows that measure something other than frees (where destructors run, the
 cost of freeing asyncio Tasks off their thread) assert their expected value
 where it is deterministic and report the rest.  The expected outcomes of
-ft-brc are those of the series as it is (issue 25 lists its defects A-D);
-the report, tests/results/compare-<line>.md, has every cell's numbers.  A
+ft-brc are those of the series as it is (v5: the backport plus
+follow-ups); the report, tests/results/compare-<line>.md, has every cell's numbers.  A
 racy cell (leaves behind) may also show frees or retains in one run.
 BRC_MERGE_COMPARE_LINE=main (`make compare-main`) runs CPython main's
 flavours (no gil).  BRC_MERGE_COMPARE_TRIALS=N changes the racy rows' trials.
@@ -57,7 +57,7 @@ for kind in ("event", "condition", "lock", "queue"):
         ["blocking.py", "--kind", kind, "--no-wait"], TRIALS,
         {"gil": F, "ft": R, "ft-upstream": L, "ft-brc": F},
         "ft-upstream: a drop that lands while the owner spins attached is "
-        "left to it; ft-brc: the owner hands itself on as it parks (0004)")
+        "left to it; ft-brc: the owner asks for help as it parks (0004)")
 
 # properties.py rows: (arguments, {flavour: expected}, why)
 PROPERTIES = {
@@ -77,20 +77,20 @@ PROPERTIES = {
     "site": (["--case", "site", "--trials", "5"],
              {"gil": "dropper, at the drop", "ft": "owner, once awake",
               "ft-upstream": "dropper, at the drop",
-              "ft-brc": "dropper, inside a lock taken after the drop"},
+              "ft-brc": "dropper, at the drop"},
              "where a dropped object's weakref callback runs (B): ft-brc "
-             "runs it at the dropper's next check, here the one after "
-             "`with lock:` took the lock"),
+             "(v5) runs it at the drop, as the backport does; v4 ran it at "
+             "the dropper's next check, inside a `with lock:` taken after"),
     "tasks": (["--case", "tasks"],
               {"gil": F, "ft": R, "ft-upstream": F, "ft-brc": F},
               "20,000 finished asyncio Tasks freed off their thread (D): "
               "the cost against the owner's own is reported"),
     "upstream-test": (["--case", "upstream-test", "--trials", "5"],
                       {"gil": "passes", "ft": "fails",
-                       "ft-upstream": "passes", "ft-brc": "fails"},
+                       "ft-upstream": "passes", "ft-brc": "passes"},
                       "gh-157838's own test (test_gc), restated: an object "
-                      "of a parked owner is gone at the drop; ft-brc (v4) "
-                      "frees it at the dropper's next check instead"),
+                      "of a parked owner is gone at the drop (v4 freed it "
+                      "at the dropper's next check instead)"),
 }
 PROPERTIES["busy"] = (
     ["--case", "busy", "--trials", str(2 * TRIALS)],
