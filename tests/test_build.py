@@ -732,6 +732,12 @@ def test_concurrent_builds_of_a_flavour_serialize(fake):
 
 
 # --------------------------------------------------------------------------- the backport
+def series_names(path):
+    """Patch names of a series file, as build.sh reads them."""
+    names = [ln.split("#")[0].strip() for ln in path.read_text().splitlines()]
+    return [n for n in names if n]
+
+
 @pytest.mark.parametrize("line", ["3.14", "main"])
 def test_upstream_backport_applies_with_zero_fuzz(line):
     """patches/<line>/compare/upstream.series names one patch, the series'
@@ -752,12 +758,10 @@ def test_upstream_backport_applies_with_zero_fuzz(line):
     assert (tree / "Python" / "brc.c").is_file(), \
         f"no {line} source tree at {tree}: build a flavour of that line first (make test does)"
     series = ROOT / "patches" / line / "compare" / "upstream.series"
-    names = [ln.split("#")[0].strip() for ln in series.read_text().splitlines()]
-    names = [n for n in names if n]
+    names = series_names(series)
     assert len(names) == 1 and names[0].startswith("../0001-gh-157838-"), names
-    shipped = [ln.split("#")[0].strip() for ln in
-               (ROOT / "patches" / line / "series").read_text().splitlines()]
-    assert [n for n in shipped if n][0] == names[0][3:], "not the series' first"
+    shipped = series_names(ROOT / "patches" / line / "series")
+    assert shipped[0] == names[0][3:], "not the series' first"
     text = (series.parent / names[0]).read_text()
     assert "\nOrigin: backport, python/cpython@17efa94" in text
     p = subprocess.run(["patch", "--dry-run", "-p1", "--fuzz=0", "-f", "-d", str(tree),
