@@ -7,7 +7,12 @@
 #
 #   OUT/brc-merge-<version>-<series sha12|stock>-<flavour>-<arch>-linux-gnu.tar.gz
 #   OUT/<the same>.tar.gz.sha256          (sha256sum format)
+#   OUT/<the same>.uv.json                (uv's downloads list: one entry, a file:// URL)
 #   inside: python/BUILD-INFO.json        (image/build-info.py)
+#
+# uv python install --python-downloads-json-url OUT/<the same>.uv.json <key>
+# installs it (key: cpython-<version>[+freethreaded]-linux-<arch>-gnu, printed
+# at the end); a moved tarball needs its URL in the list changed to match.
 #
 # The interpreter already is relocatable: libpython is linked statically (no
 # rpath needed, so no patchelf) and getpath finds the prefix from the
@@ -111,12 +116,12 @@ fi
 mkdir -p "$OUT"
 OUT=$(realpath "$OUT")
 stage=$(mktemp -d "$OUT/.dist-tarball.$f.XXXXXX")
-tmp_tar="" tmp_sum="" final="" done_ok=0
+tmp_tar="" tmp_sum="" tmp_uv="" final="" done_ok=0
 cleanup() {
     rm -rf -- "$stage"
     [[ $done_ok == 0 ]] || return 0
     echo "dist-tarball: failed; removing the partial output" >&2
-    rm -f -- ${tmp_tar:+"$tmp_tar"} ${tmp_sum:+"$tmp_sum"} ${final:+"$final"}
+    rm -f -- ${tmp_tar:+"$tmp_tar"} ${tmp_sum:+"$tmp_sum"} ${tmp_uv:+"$tmp_uv"} ${final:+"$final"}
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -193,9 +198,32 @@ tmp_tar=$OUT/.$name.tmp.$$
 tmp_sum=$OUT/.$name.sha256.tmp.$$
 tar -C "$stage" --sort=name --owner=0 --group=0 --numeric-owner -cf - python | gzip -n -6 >"$tmp_tar"
 (cd "$OUT" && printf '%s  %s\n' "$(sha256sum <"$tmp_tar" | cut -d' ' -f1)" "$name") >"$tmp_sum"
-rm -f -- "$OUT/$name.sha256"    # a previous run's, for a tarball about to be replaced
+uv_json=$OUT/${name%.tar.gz}.uv.json
+tmp_uv=$OUT/.${uv_json##*/}.tmp.$$
+# uv's schema (its download-metadata.json); variant null is the GIL build.
+uv_key=$("$py" -I - "$OUT/$name" "$tmp_sum" "$tmp_uv" "$version" "$multiarch" "$id" <<'EOF'
+import json, pathlib, re, sys, sysconfig
+tarball, sums, out, version, multiarch, build = sys.argv[1:]
+major, minor, patch, pre = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)((?:a|b|rc)\d+)?", version).groups()
+arch = multiarch.split("-")[0]
+ft = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+key = "cpython-%s%s-linux-%s-gnu" % (version, "+freethreaded" if ft else "", arch)
+entry = {"name": "cpython", "arch": {"family": arch, "variant": None}, "os": "linux",
+         "libc": "gnu", "major": int(major), "minor": int(minor), "patch": int(patch),
+         "prerelease": pre or "", "url": pathlib.Path(tarball).as_uri(),
+         "sha256": open(sums).read().split()[0], "variant": "freethreaded" if ft else None,
+         "build": "brc-merge-" + build}
+with open(out, "w") as f:
+    json.dump({key: entry}, f, indent=2)
+    f.write("\n")
+print(key)
+EOF
+) || die 1 "could not write the uv downloads list $uv_json"
+rm -f -- "$OUT/$name.sha256" "$uv_json"    # a previous run's, for a tarball about to be replaced
 final=$OUT/$name
 mv -f "$tmp_tar" "$final"; tmp_tar=""
 mv -f "$tmp_sum" "$final.sha256"; tmp_sum=""
+mv -f "$tmp_uv" "$uv_json"; tmp_uv=""
 done_ok=1
-echo "dist-tarball: wrote $OUT/$name ($(du -m "$OUT/$name" | cut -f1) MB) and $name.sha256"
+echo "dist-tarball: wrote $OUT/$name ($(du -m "$OUT/$name" | cut -f1) MB), $name.sha256 and ${uv_json##*/}"
+echo "dist-tarball: uv python install --python-downloads-json-url $uv_json $uv_key"

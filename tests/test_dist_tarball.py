@@ -6,9 +6,14 @@ it was built for, and used as a user of uv would: `uv venv --python
 <unpacked>/python/bin/python3`, pyperf (and its psutil, a C extension) from
 PyPI into that venv, and a scenario of tests/scenarios run there, which must
 free everything while the owner is blocked, with sys._brc_stats() showing the
-merges on its behalf. The bad inputs (a flavour that is not built, a checking
-or comparison flavour, a failure once the staging has begun) must fail with a
-message naming the fix and leave nothing in the output dir.
+merges on its behalf. The uv downloads list written beside it installs it
+with `uv python install --python-downloads-json-url` into a temp
+UV_PYTHON_INSTALL_DIR, where `uv python list` and `uv python find` see it and
+the same scenario frees everything; a list with a wrong sha256 or a missing
+tarball fails in uv and installs nothing. The bad inputs (a flavour that is
+not built, a checking or comparison flavour, a failure once the staging has
+begun) must fail with a message naming the fix and leave nothing in the
+output dir.
 
 uv comes from .venv (tests/requirements.txt, `make venv`); every file made
 here is removed at the end, the uv cache included. About 30 s.
@@ -33,6 +38,7 @@ from test_scenarios import FREED_MARGIN, FREE_DEADLINE, check_brc_stats, run_sce
 
 pytestmark = pytest.mark.timeout(300)
 
+UV_KEY = re.compile(r"^cpython-(?P<version>[0-9][0-9a-z.]*)\+freethreaded-linux-(?P<arch>[a-z0-9_]+)-gnu$")
 NAME = re.compile(r"^brc-merge-(?P<version>[0-9][0-9a-z.]*)-(?P<series>[0-9a-f]{12}|stock)"
                   r"-(?P<flavour>[a-z-]+?)-(?P<arch>[a-z0-9_]+)-linux-gnu\.tar\.gz$")
 
@@ -81,9 +87,41 @@ def tarball(work):
     proc = dist_tarball(out)
     assert proc.returncode == 0, "make dist-tarball failed:\n" + proc.stdout + proc.stderr
     files = sorted(p.name for p in out.iterdir())
-    assert len(files) == 2 and files[1] == files[0] + ".sha256", (
-        "expected the tarball and its .sha256, nothing else: %s" % files)
+    stem = files[0][:-len(".tar.gz")]
+    assert files == [stem + ".tar.gz", stem + ".tar.gz.sha256", stem + ".uv.json"], (
+        "expected the tarball, its .sha256 and its uv list, nothing else: %s" % files)
     return out / files[0]
+
+
+def uv(*args, env):
+    return subprocess.run([sys.executable, "-m", "uv", *args], env=env, capture_output=True,
+                          text=True, timeout=180)
+
+
+def uv_env(cache, home):
+    """uv's managed Pythons (and their links) under home, nothing from the caller's."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTHON", "UV_")) and k != "VIRTUAL_ENV"}
+    env.update(UV_CACHE_DIR=str(cache), UV_PYTHON_INSTALL_DIR=str(home / "pythons"),
+               UV_PYTHON_BIN_DIR=str(home / "bin"), UV_NO_CONFIG="1")
+    if uv("--version", env=env).returncode:
+        pytest.fail("uv is not installed in %s: run make venv (tests/requirements.txt)"
+                    % sys.prefix)
+    return env
+
+
+def check_frees(python):
+    """A scenario that frees everything on ft-brc while the owner is blocked."""
+    r = run_scenario(python, ["blocking.py", "--kind", "event"], [], {}, FREE_DEADLINE)
+    report = json.dumps(r, indent=1, sort_keys=True)
+    assert r["free_threaded_build"] and not r["gil_enabled"], report
+    assert r["owner_blocked_at_measure"], report
+    assert r["freed_while_blocked"] == r["total"] == 4, report
+    assert r["rss_after_drop"] - r["rss_before"] <= FREED_MARGIN, report
+    assert r["freed_after_wake"] == r["total"], report
+    check_brc_stats(r, "frees", False, False, report)
+    before, after = r["brc_stats_before"], r["brc_stats_after"]
+    assert after["merged_on_behalf"] - before["merged_on_behalf"] >= r["total"], report
 
 
 @pytest.fixture(scope="module")
@@ -178,17 +216,55 @@ def test_runs_elsewhere_with_uv(work, unpacked):
     assert Path(p["base_prefix"]).resolve() == unpacked.resolve()
     assert p["gil"] is False and "merged_on_behalf" in p["brc"]
 
-    # a scenario that frees everything on ft-brc, run by the venv's python
-    r = run_scenario(vpy, ["blocking.py", "--kind", "event"], [], {}, FREE_DEADLINE)
-    report = json.dumps(r, indent=1, sort_keys=True)
-    assert r["free_threaded_build"] and not r["gil_enabled"], report
-    assert r["owner_blocked_at_measure"], report
-    assert r["freed_while_blocked"] == r["total"] == 4, report
-    assert r["rss_after_drop"] - r["rss_before"] <= FREED_MARGIN, report
-    assert r["freed_after_wake"] == r["total"], report
-    check_brc_stats(r, "frees", False, False, report)
-    before, after = r["brc_stats_before"], r["brc_stats_after"]
-    assert after["merged_on_behalf"] - before["merged_on_behalf"] >= r["total"], report
+    check_frees(vpy)
+
+
+def uv_list_of(tarball):
+    return tarball.with_name(tarball.name[:-len(".tar.gz")] + ".uv.json")
+
+
+def test_uv_python_install(work, tarball):
+    listing = uv_list_of(tarball)
+    (key, entry), = json.loads(listing.read_text()).items()
+    m = UV_KEY.match(key)
+    assert m and m["version"] == key_of("ft-brc")["python"] and m["arch"] == os.uname().machine
+    assert entry["url"] == tarball.as_uri() and entry["variant"] == "freethreaded"
+    assert entry["sha256"] == hashlib.sha256(tarball.read_bytes()).hexdigest()
+
+    home = work / "uv-home"
+    env = uv_env(work / "uv-cache", home)
+    url = ["--python-downloads-json-url", str(listing)]
+    proc = uv("python", "install", *url, key, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = uv("python", "list", "--only-installed", *url, env=env)
+    assert proc.returncode == 0 and key in proc.stdout, proc.stdout + proc.stderr
+    proc = uv("python", "find", "--managed-python", key, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    python = Path(proc.stdout.strip())
+    assert python.resolve().is_relative_to((home / "pythons").resolve()), python
+    check_frees(python)
+
+
+@pytest.mark.parametrize("bad,words", [
+    pytest.param("sha256", ("Hash mismatch",), id="wrong-sha256"),
+    pytest.param("url", ("No such file",), id="missing-tarball"),
+])
+def test_uv_bad_list_installs_nothing(work, scratch, tarball, bad, words):
+    (key, entry), = json.loads(uv_list_of(tarball).read_text()).items()
+    if bad == "sha256":
+        entry["sha256"] = "0" * 64
+    else:
+        entry["url"] = (scratch / tarball.name).as_uri()
+    listing = scratch / "bad.uv.json"
+    listing.write_text(json.dumps({key: entry}))
+    env = uv_env(scratch / "uv-cache", scratch)
+    proc = uv("python", "install", "--python-downloads-json-url", str(listing), key, env=env)
+    assert proc.returncode != 0, proc.stdout
+    for w in words:
+        assert w in proc.stderr, proc.stderr
+    pythons = scratch / "pythons"
+    assert not [p for p in pythons.glob("*") if not p.name.startswith(".")], list(pythons.iterdir())
+    assert not (scratch / "bin").exists() or not list((scratch / "bin").iterdir())
 
 
 @pytest.mark.parametrize("flavour,dist,rc,words", [
