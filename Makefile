@@ -42,7 +42,7 @@ CHECKS := $(VENV)/bin/python tests/regrtest_checks.py
 DIST_ENV := $(if $(DIST),BRC_MERGE_DIST='$(DIST)') $(if $(CACHE),BRC_MERGE_CACHE='$(CACHE)')
 
 .PHONY: help ft-brc ft gil flavours main-ft main-ft-brc main-flavours test-main test venv image-deps bench bench-fast bench-torch bench-venv clean distclean checksums \
-	image base-image image-torch image-torch-check torchrun-check clean-torch dist-tarball $(CHECKING) $(COMPARE) compare compare-main exhibit-h1 tsan tsan-stock asan asan-stock refleak stress parity reliability
+	image base-image image-torch image-torch-check torchrun-check clean-torch dist-tarball $(CHECKING) $(COMPARE) compare compare-main exhibit-h1 tsan tsan-stock asan asan-stock refleak stress stress-long parity reliability
 
 help: ## list the targets (plain `make` builds ft-brc)
 	@echo "make [TARGET] [JOBS=N SOURCE=PATH CACHE=DIR DIST=DIR PATCHES=DIR OPTIMIZE=1 OFFLINE=1]"
@@ -161,9 +161,17 @@ asan-stock: ft-asan venv ## the same on stock ft-asan (the evidence for the ASan
 refleak: ft-brc-debug venv ## test_free_threading.test_gc with regrtest -R 3:3 on ft-brc-debug: no leaks, no assertions
 	$(DIST_ENV) $(CHECKS) refleak --flavour ft-brc-debug $(TESTS)
 
-stress: ft-brc ft-brc-debug venv ## the stress run (~5 min) on ft-brc and ft-brc-debug [STRESS_SECONDS=150]
+stress: ft ft-upstream ft-brc ft-brc-debug venv ## the stress run on ft-brc and ft-brc-debug, the hazard mix on ft, ft-upstream and ft-brc (~15 min) [STRESS_SECONDS=150]
 	$(DIST_ENV) BRC_MERGE_STRESS_SECONDS=$(STRESS_SECONDS) BRC_MERGE_STRESS_FLAVOURS=ft-brc,ft-brc-debug \
+		BRC_MERGE_MIX_SECONDS=$(STRESS_SECONDS) BRC_MERGE_MIX_FLAVOURS=ft,ft-upstream,ft-brc \
 		$(VENV)/bin/pytest -v tests/test_stress.py $(PYTEST_ARGS)
+
+stress-long: STRESS_SECONDS = 600
+stress-long: ft-brc ft-brc-asan ft-brc-tsan venv ## the release run: the hazard mix on ft-brc, and under ASan and TSan with zero reports (~1 h) [STRESS_SECONDS=600]
+	$(DIST_ENV) BRC_MERGE_MIX_SECONDS=$(STRESS_SECONDS) BRC_MERGE_MIX_FLAVOURS=ft-brc \
+		$(VENV)/bin/pytest -v -k test_mix tests/test_stress.py $(PYTEST_ARGS)
+	$(DIST_ENV) $(CHECKS) asan --flavour ft-brc-asan --stress-seconds $(STRESS_SECONDS) $(TESTS)
+	$(DIST_ENV) $(CHECKS) tsan --flavour ft-brc-tsan --stress-seconds $(STRESS_SECONDS) $(TESTS)
 
 parity: venv ## the stdlib subset on ft and ft-brc: identical failure sets (~9 min) [PARITY=main-ft,main-ft-brc]
 	$(BUILD) $(BUILD_ARGS) $(subst $(comma), ,$(PARITY))

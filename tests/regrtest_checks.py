@@ -291,7 +291,26 @@ def cmd_tsan(args):
         log("first report:\n" + reports[0][2])
     if rc != 0:
         log(tail(out / "regrtest.log"))
-    return 0 if rc == 0 and not reports else 1
+    mix_rc = 0
+    if args.stress_seconds > 0:
+        # the hazard mix (tests/test_stress.py::test_mix), reports counted alike
+        (logdir / "mix").mkdir()
+        cmd = [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-k", "test_mix",
+               str(ROOT / "tests" / "test_stress.py")]
+        env = dict(os.environ, BRC_MERGE_MIX_FLAVOURS=args.flavour,
+                   BRC_MERGE_MIX_SECONDS=str(args.stress_seconds),
+                   TSAN_OPTIONS=sanitizer_options(python, f"log_path={logdir}/mix/tsan",
+                                                  *options[1:]))
+        with open(out / "mix.log", "w") as f:
+            mix_rc = subprocess.run(cmd, env=env, stdout=f, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL).returncode
+        mix_reports = tsan_reports(logdir / "mix")
+        log(f"tsan {args.flavour}: the mix ({args.stress_seconds} s): pytest exit {mix_rc}, "
+            f"{len(mix_reports)} ThreadSanitizer report(s); log {out / 'mix.log'}")
+        if mix_rc != 0:
+            log(tail(out / "mix.log", 80))
+        reports += mix_reports
+    return 0 if rc == 0 and mix_rc == 0 and not reports else 1
 
 
 # ---------------------------------------------------------------- asan
@@ -456,6 +475,7 @@ def cmd_asan(args):
         start = time.monotonic()
         env = dict(os.environ, BRC_MERGE_STRESS_FLAVOURS=args.flavour,
                    BRC_MERGE_STRESS_SECONDS=str(args.stress_seconds),
+                   BRC_MERGE_MIX_SECONDS=str(args.stress_seconds),
                    ASAN_OPTIONS=asan_options(python, logdir / "stress"))
         with open(out / "stress.log", "w") as f:
             stress_rc = subprocess.run(cmd, env=env, stdout=f, stderr=subprocess.STDOUT,
@@ -588,6 +608,8 @@ def main():
     t.add_argument("--flavour", default="ft-brc-tsan")
     t.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     t.add_argument("--timeout", type=int, default=1800, help="per test file, seconds")
+    t.add_argument("--stress-seconds", type=int, default=0,
+                   help="then the hazard mix for this long (tests/test_stress.py); 0 skips it")
     t.add_argument("tests", nargs="*", help=f"default: {' '.join(TSAN_TESTS)}")
     a = sub.add_parser("asan", help="CPython tests and the stress run under AddressSanitizer, "
                        "zero reports")

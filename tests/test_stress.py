@@ -7,11 +7,21 @@ blocked and queues full, and then checks that every object it created was
 finalised exactly once.  It prints one JSON line (--json); this test judges
 it.
 
+test_mix runs tests/stress/mix.py (see its docstring): a seeded mix of
+drops, pauses, forks, exits, asyncio Tasks and subinterpreters, one process
+per part, each with a deadline; a failure names its seed and the command
+that replays it.  On a patched flavour (sys._brc_stats()) the threshold-1
+run must also free a blocked owner's objects dropped during pauses
+(--expect-prompt); stock ft and ft-upstream are held only to what they have.
+
 Environment:
   BRC_MERGE_STRESS_SECONDS   duration of the run (default 60)
   BRC_MERGE_STRESS_FLAVOURS  comma list of flavours to run (default
                              "ft-brc,main-ft-brc": the patched build of each line;
                              e.g. "ft-brc,ft-brc-debug,ft,gil")
+  BRC_MERGE_MIX_SECONDS      the mix's budget (default 30: about 45 s a flavour)
+  BRC_MERGE_MIX_FLAVOURS     its flavours (default: the stress flavours)
+  BRC_MERGE_MIX_SEED         its seed (default: a new one, printed on failure)
 Flavours that are not built are skipped (conftest.dist_python).
 """
 
@@ -28,6 +38,11 @@ SECONDS = float(os.environ.get("BRC_MERGE_STRESS_SECONDS") or 60)
 STRESS_FLAVOURS = tuple(
     f.strip() for f in (os.environ.get("BRC_MERGE_STRESS_FLAVOURS") or "ft-brc,main-ft-brc").split(",")
     if f.strip())
+MIX = ROOT / "tests" / "stress" / "mix.py"
+MIX_SECONDS = float(os.environ.get("BRC_MERGE_MIX_SECONDS") or 30)
+MIX_FLAVOURS = tuple(
+    f.strip() for f in (os.environ.get("BRC_MERGE_MIX_FLAVOURS") or ",".join(STRESS_FLAVOURS))
+    .split(",") if f.strip())
 # Longer than the script's own watchdog (duration*3+60), which dumps every
 # thread's traceback on a hang; this only catches a hang of the watchdog.
 SUBPROCESS_TIMEOUT = SECONDS * 4 + 120
@@ -124,3 +139,45 @@ def test_stress(flavour):
         assert delta["merged_on_behalf"] > 0, "no merge on behalf of a blocked owner\n" + report
         assert r["brc_accounting"]["ok"], report
         assert delta["queue_length"] == 0, report
+
+
+def _mix_summary(r):
+    lines = ["seed %s" % r["seed"]]
+    for run in r["runs"]:
+        lines.append("%-8s seed %-10s threshold %-4s %6.1f s  %s%s" % (
+            run["kind"], run["seed"], run["threshold"], run["seconds"],
+            "ok" if run["ok"] else "FAILED %s\n    replay: %s" % (run["failures"], run["replay"]),
+            "" if run["ok"] else "\n" + run.get("stderr_tail", "")[-3000:]))
+    return "\n".join(lines)
+
+
+@pytest.mark.timeout(MIX_SECONDS * 5 + 400)
+@pytest.mark.parametrize("flavour", MIX_FLAVOURS)
+def test_mix(flavour):
+    python = dist_python(flavour)
+    patched = subprocess.run([str(python), "-c", "import sys; print(hasattr(sys, '_brc_stats'))"],
+                             capture_output=True, text=True).stdout.strip() == "True"
+    cmd = [str(python), str(MIX), "--seconds", "%g" % MIX_SECONDS, "--json"]
+    if patched:
+        cmd.append("--expect-prompt")
+    if os.environ.get("BRC_MERGE_MIX_SEED"):
+        cmd += ["--seed", os.environ["BRC_MERGE_MIX_SEED"]]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=MIX_SECONDS * 5 + 300,
+                           stdin=subprocess.DEVNULL, cwd=str(ROOT))
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail("the mix's supervisor did not finish\n" + _report(cmd, None, exc.stdout,
+                                                                      exc.stderr))
+    lines = [line for line in p.stdout.splitlines() if line.strip()]
+    try:
+        r = json.loads(lines[-1])
+    except (IndexError, ValueError):
+        pytest.fail("no JSON result\n" + _report(cmd, p.returncode, p.stdout, p.stderr))
+    report = _mix_summary(r)
+    assert r["ok"] and p.returncode == 0, report
+    mains = [run for run in r["runs"] if run["kind"] == "main"]
+    assert mains and all(run["created"] > 0 and run["sentinel_rounds"] > 0 for run in mains), report
+    if patched:
+        first = mains[0]
+        assert first["threshold"] == 1 and first["left_behind"] == 0, report
+        assert first["brc_stats"]["merged_on_behalf"] > 0, report
