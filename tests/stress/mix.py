@@ -181,8 +181,13 @@ class Obj:
 
 def on_dead(ref):
     junk = [ref] * 8                        # allocates, in whichever thread frees
-    with LEDGER.cb_lock:                    # no thread holds it while it drops
-        LEDGER.slot().cbc += 1
+    # No thread holds it while it drops; but a fork child clears the dead
+    # threads' states, running callbacks, before its at-fork hooks run, and
+    # a dead thread may hold it there.
+    locked = LEDGER.cb_lock.acquire(timeout=2)
+    LEDGER.slot().cbc += 1
+    if locked:
+        LEDGER.cb_lock.release()
     if id(junk) % 4099 == 0:
         gc.collect()
 
