@@ -475,6 +475,7 @@ def cmd_asan(args):
         start = time.monotonic()
         env = dict(os.environ, BRC_MERGE_STRESS_FLAVOURS=args.flavour,
                    BRC_MERGE_STRESS_SECONDS=str(args.stress_seconds),
+                   BRC_MERGE_MIX_FLAVOURS=args.flavour,
                    BRC_MERGE_MIX_SECONDS=str(args.stress_seconds),
                    ASAN_OPTIONS=asan_options(python, logdir / "stress"))
         with open(out / "stress.log", "w") as f:

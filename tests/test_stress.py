@@ -20,7 +20,7 @@ Environment:
                              "ft-brc,main-ft-brc": the patched build of each line;
                              e.g. "ft-brc,ft-brc-debug,ft,gil")
   BRC_MERGE_MIX_SECONDS      the mix's budget (default 30: about 45 s a flavour)
-  BRC_MERGE_MIX_FLAVOURS     its flavours (default: the stress flavours)
+  BRC_MERGE_MIX_FLAVOURS     its flavours (default ft-brc; make stress: ft, ft-upstream, ft-brc)
   BRC_MERGE_MIX_SEED         its seed (default: a new one, printed on failure)
 Flavours that are not built are skipped (conftest.dist_python).
 """
@@ -41,8 +41,8 @@ STRESS_FLAVOURS = tuple(
 MIX = ROOT / "tests" / "stress" / "mix.py"
 MIX_SECONDS = float(os.environ.get("BRC_MERGE_MIX_SECONDS") or 30)
 MIX_FLAVOURS = tuple(
-    f.strip() for f in (os.environ.get("BRC_MERGE_MIX_FLAVOURS") or ",".join(STRESS_FLAVOURS))
-    .split(",") if f.strip())
+    f.strip() for f in (os.environ.get("BRC_MERGE_MIX_FLAVOURS") or "ft-brc").split(",")
+    if f.strip())
 # Longer than the script's own watchdog (duration*3+60), which dumps every
 # thread's traceback on a hang; this only catches a hang of the watchdog.
 SUBPROCESS_TIMEOUT = SECONDS * 4 + 120
