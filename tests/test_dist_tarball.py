@@ -93,9 +93,15 @@ def tarball(work):
     return out / files[0]
 
 
-def uv(*args, env):
+def uv(*args, env, cwd=None, timeout=180):
     return subprocess.run([sys.executable, "-m", "uv", *args], env=env, capture_output=True,
-                          text=True, timeout=180)
+                          text=True, cwd=cwd, timeout=timeout)
+
+
+def require_uv(env):
+    if uv("--version", env=env).returncode:
+        pytest.fail("uv is not installed in %s: run make venv (tests/requirements.txt)"
+                    % sys.prefix)
 
 
 def uv_env(cache, home):
@@ -104,9 +110,7 @@ def uv_env(cache, home):
            if not k.startswith(("PYTHON", "UV_")) and k != "VIRTUAL_ENV"}
     env.update(UV_CACHE_DIR=str(cache), UV_PYTHON_INSTALL_DIR=str(home / "pythons"),
                UV_PYTHON_BIN_DIR=str(home / "bin"), UV_NO_CONFIG="1")
-    if uv("--version", env=env).returncode:
-        pytest.fail("uv is not installed in %s: run make venv (tests/requirements.txt)"
-                    % sys.prefix)
+    require_uv(env)
     return env
 
 
@@ -185,10 +189,7 @@ def test_runs_elsewhere_with_uv(work, unpacked):
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("PYTHON") and k != "VIRTUAL_ENV"}
     env.update(UV_CACHE_DIR=str(work / "uv-cache"), UV_PYTHON_DOWNLOADS="never")
-    uv = [sys.executable, "-m", "uv"]
-    if subprocess.run(uv + ["--version"], capture_output=True).returncode:
-        pytest.fail("uv is not installed in %s: run make venv (tests/requirements.txt)"
-                    % sys.prefix)
+    require_uv(env)
     python = unpacked / "bin" / "python3"
 
     # the rewritten script shebangs work from here too
@@ -197,12 +198,10 @@ def test_runs_elsewhere_with_uv(work, unpacked):
     assert pip.returncode == 0 and str(unpacked) in pip.stdout, pip.stdout + pip.stderr
 
     venv = work / "venv"
-    proc = subprocess.run(uv + ["venv", "--python", str(python), str(venv)], env=env,
-                          capture_output=True, text=True, cwd=work)
+    proc = uv("venv", "--python", str(python), str(venv), env=env, cwd=work, timeout=None)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     vpy = venv / "bin" / "python"
-    proc = subprocess.run(uv + ["pip", "install", "--python", str(vpy), "pyperf"], env=env,
-                          capture_output=True, text=True, cwd=work)
+    proc = uv("pip", "install", "--python", str(vpy), "pyperf", env=env, cwd=work, timeout=None)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     probe = subprocess.run([str(vpy), "-c", """if 1:
         import json, sys, pyperf, psutil
