@@ -87,6 +87,7 @@ ARG SOURCE_URL=
 ARG SERIES_SHA256=unknown
 ARG BASE_IMAGE
 ARG PREBUILT
+ARG OPTIMIZE=0
 LABEL org.opencontainers.image.title="brc-merge python" \
       org.opencontainers.image.description="Free-threaded CPython 3.14 (ft-brc) that frees memory held by biased-refcount queues of blocked threads" \
       org.opencontainers.image.version="${VERSION}" \
@@ -94,7 +95,9 @@ LABEL org.opencontainers.image.title="brc-merge python" \
       org.opencontainers.image.source="${SOURCE_URL}" \
       org.opencontainers.image.base.name="${BASE_IMAGE}" \
       io.brc-merge.patch-series.sha256="${SERIES_SHA256}" \
-      io.brc-merge.prebuilt="${PREBUILT}"
+      io.brc-merge.prebuilt="${PREBUILT}" \
+      io.brc-merge.pgo="${OPTIMIZE}" \
+      io.brc-merge.lto="${OPTIMIZE}"
 
 # Smoke check: free-threaded with the BRC patches, runtime libraries present, pip runs.
 RUN python3 -c 'import sys; assert sys._is_gil_enabled() is False, "GIL is on"; \

@@ -200,6 +200,8 @@ info = {
     "configure_args_list": shlex.split(config_args),
     "compiler": key.get("cc"),
     "optimize": key.get("optimize") == "1",
+    "pgo": "--enable-optimizations" in shlex.split(config_args),
+    "lto": any(a.split("=")[0] == "--with-lto" for a in shlex.split(config_args)),
     "build_prefix": build_prefix,
     "build_date": utc(os.stat(key_path).st_mtime),
     "packaged_date": utc(datetime.datetime.now().timestamp()),

@@ -96,6 +96,7 @@ if [[ $PREBUILT == 1 ]]; then
         die "PREBUILT=1 needs an up-to-date ft-brc build in the cache: run 'make ft-brc' first"
     prefix=$(config BRC_MERGE_CACHE)/install/ft-brc
     stage_tree "$prefix" "$CTX/prebuilt"
+    OPTIMIZE=$(sed -n 's/^optimize //p' "$prefix/.brc-merge-key")   # for the labels
     say "context: prebuilt $prefix"
 else
     src=${SOURCE:-${BRC_MERGE_SOURCE:-}}

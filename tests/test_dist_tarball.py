@@ -171,6 +171,8 @@ def test_build_info(unpacked):
     assert info["flavour"] == "ft-brc" and info["free_threaded"] is True
     assert info["series_sha256"] == key["series"] and info["series"] == "patches/3.14/series"
     assert info["configure_args"] == config_args and "--disable-gil" in info["configure_args_list"]
+    optimized = key["optimize"] == "1"
+    assert info["optimize"] is info["pgo"] is info["lto"] is optimized
     datetime.fromisoformat(info["build_date"].replace("Z", "+00:00"))
     host_glibc = os.confstr("CS_GNU_LIBC_VERSION").split()[1]
     assert info["glibc"]["built_with"] == host_glibc

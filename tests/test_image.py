@@ -261,6 +261,7 @@ def test_labels_and_size(engine, image):
         assert labels["org.opencontainers.image.revision"].startswith(rev)
     assert labels["io.brc-merge.patch-series.sha256"] == series_sha256()
     assert labels["io.brc-merge.prebuilt"] == ("0" if FULL else "1")
+    assert labels["io.brc-merge.pgo"] == labels["io.brc-merge.lto"] in ("0", "1")
     # the label describes what is inside: the build key's series line
     p = run(engine, image, "cat", "/usr/local/.brc-merge-key")
     assert f"series {series_sha256()}\n" in p.stdout, p.stdout
