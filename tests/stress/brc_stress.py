@@ -197,24 +197,35 @@ def totals():
     return created, finalised, off_owner
 
 
-def check_serials(lo, hi, limit=20):
+def finalised_serials(since=None):
+    """Every finalised serial; with since (marks()), only those recorded after it."""
+    for rec in records():
+        yield from rec[2][since.get(id(rec), 0):] if since else rec[2]
+
+
+def marks():
+    """Where each record ends now: a fork child scans only what it adds, not
+    the parent's whole history (millions of serials in a long run)."""
+    return {id(rec): len(rec[2]) for rec in records()}
+
+
+def check_serials(lo, hi, limit=20, since=None):
     """Count how often each serial lo < s <= hi was finalised.  Returns
     (finalised, doubles, double_sample, missing, missing_sample)."""
     size = hi - lo
     seen = bytearray(size)
     finalised = doubles = 0
     double_sample = []
-    for rec in records():
-        for serial in rec[2]:
-            i = serial - lo - 1
-            if 0 <= i < size:
-                finalised += 1
-                if seen[i]:
-                    doubles += 1
-                    if len(double_sample) < limit:
-                        double_sample.append(serial)
-                else:
-                    seen[i] = 1
+    for serial in finalised_serials(since):
+        i = serial - lo - 1
+        if 0 <= i < size:
+            finalised += 1
+            if seen[i]:
+                doubles += 1
+                if len(double_sample) < limit:
+                    double_sample.append(serial)
+            else:
+                seen[i] = 1
     missing = size - (finalised - doubles)
     missing_sample = []
     i = seen.find(0)
@@ -224,15 +235,14 @@ def check_serials(lo, hi, limit=20):
     return finalised, doubles, double_sample, missing, missing_sample
 
 
-def missing_serials(lo, hi):
+def missing_serials(lo, hi, since=None):
     """All serials lo < s <= hi not finalised (for the fork child)."""
     size = hi - lo
     seen = bytearray(size)
-    for rec in records():
-        for serial in rec[2]:
-            i = serial - lo - 1
-            if 0 <= i < size:
-                seen[i] = 1
+    for serial in finalised_serials(since):
+        i = serial - lo - 1
+        if 0 <= i < size:
+            seen[i] = 1
     out = []
     i = seen.find(0)
     while i >= 0:
@@ -1052,6 +1062,7 @@ def fork_child(ctx, worker, token, report_fd):
     try:
         problems = []
         lo = count_value(SERIALS) - 1          # serials > lo are made here
+        since = marks()
         rng = random.Random(ctx.args.seed * 1000 + token)
         stop = threading.Event()
         boxes = [collections.deque() for _ in range(3)]
@@ -1095,11 +1106,11 @@ def fork_child(ctx, worker, token, report_fd):
         while True:
             gc.collect()
             hi = count_value(SERIALS) - 1
-            left = missing_serials(lo, hi)
+            left = missing_serials(lo, hi, since)
             if not left or monotonic() > deadline:
                 break
             threading.Event().wait(0.01)
-        _, doubles, double_sample, _, _ = check_serials(lo, hi)
+        _, doubles, double_sample, _, _ = check_serials(lo, hi, since=since)
         report["child_created"] = hi - lo
         report["leaked"] = len(left)
         report["gc_stuck"] = False

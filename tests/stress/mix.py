@@ -231,6 +231,7 @@ class Mix:
         self.waker_q = queue.SimpleQueue()
         self.counts = collections.Counter()
         self.left_behind = 0
+        self.late = []          # per round past 0.5 s: when all 8 went, None if not while blocked
         self.sentinel_rounds = 0
         self.fork_results = []
         self.threads = []
@@ -408,7 +409,13 @@ class Mix:
                 time.sleep(0.002)
             self.storm.clear()
             self.sentinel_rounds += 1
-            self.left_behind += len(gone) < 8
+            if len(gone) < 8:
+                # still judged as left behind; say whether they went while it blocked
+                self.left_behind += 1
+                start, deadline = deadline - 0.5, deadline + 1.0
+                while len(gone) < 8 and time.monotonic() < deadline:
+                    time.sleep(0.002)
+                self.late.append(round(time.monotonic() - start, 3) if len(gone) == 8 else None)
             wake.set()
 
     # forks ---------------------------------------------------------------
@@ -557,7 +564,8 @@ def child_main(seed, seconds, daemon_exit, forks=True, rss=True):
         fails.append("RSS %.0f MiB at the end, %.0f MiB after warm-up" % (end, warm))
     return {"kind": "main", "ok": not fails, "failures": fails, "created": LEDGER.created(),
             "callbacks": called, "forks": len(mix.fork_results),
-            "left_behind": mix.left_behind, "sentinel_rounds": mix.sentinel_rounds,
+            "left_behind": mix.left_behind, "late": mix.late,
+            "sentinel_rounds": mix.sentinel_rounds,
             "rss_warm_mib": round(warm), "rss_end_mib": round(end), "brc_stats": stats,
             "counts": dict(mix.counts)}
 
@@ -661,7 +669,8 @@ def supervise(args):
             r["judged"], r["ok"] = False, True     # stock crashes there too
         if args.expect_prompt and kind == "main" and th == 1 and r.get("left_behind"):
             r["failures"].append("%d of %d sentinel rounds left objects behind a blocked owner"
-                                 % (r["left_behind"], r["sentinel_rounds"]))
+                                 " (all freed while it blocked after, in s: %s)"
+                                 % (r["left_behind"], r["sentinel_rounds"], r.get("late")))
             r["ok"] = False
         runs.append(r)
         if not args.json:
