@@ -81,7 +81,8 @@ import weakref
 warnings.filterwarnings("ignore", "This process .* is multi-threaded", DeprecationWarning)
 
 HERE = os.path.abspath(__file__)
-TSAN = "-fsanitize=thread" in (__import__("sysconfig").get_config_var("CONFIG_ARGS") or "")
+# --with-thread-sanitizer puts the flag in PY_CFLAGS, not CONFIG_ARGS
+TSAN = "-fsanitize=thread" in (__import__("sysconfig").get_config_var("PY_CFLAGS") or "")
 CAN_FORK = hasattr(os, "fork") and not TSAN
 
 
@@ -561,7 +562,13 @@ def child_main(seed, seconds, daemon_exit, forks=True, rss=True):
     check_stats(stats, fails)
     # loose: freed pages stay with mimalloc; what leaks is caught above
     if rss and end - warm > max(256, warm):
-        fails.append("RSS %.0f MiB at the end, %.0f MiB after warm-up" % (end, warm))
+        msg = "RSS %.0f MiB at the end, %.0f MiB after warm-up" % (end, warm)
+        # TSan's shadow and history grow with the run: 3.5x at threshold 0
+        # too in a 600-s run, so there it is reported, not judged
+        if TSAN:
+            print(msg + " (TSan: not judged)", file=sys.stderr)
+        else:
+            fails.append(msg)
     return {"kind": "main", "ok": not fails, "failures": fails, "created": LEDGER.created(),
             "callbacks": called, "forks": len(mix.fork_results),
             "left_behind": mix.left_behind, "late": mix.late,
@@ -659,13 +666,16 @@ def supervise(args):
     main_s = args.seconds * 0.6 / len(thresholds)
     plan = [("main", seed + i, main_s, th, main_s * 3 + 90) for i, th in enumerate(thresholds)]
     plan += [("exit", seed + 10 + i, 1.5, thresholds[0], 30) for i in range(5)]
-    plan += [("isolated", seed + 20, args.seconds * 0.15, thresholds[0], args.seconds + 90),
-             ("legacy", seed + 21, args.seconds * 0.15, thresholds[0], args.seconds + 90)]
+    judged = {"isolated": args.judge_subinterpreters or sys.version_info >= (3, 15),
+              "legacy": args.judge_subinterpreters}
+    # Under TSan a part that is not judged would still count its reports:
+    # left out (docs/reliability.md), as stock ft-tsan was not run on them.
+    plan += [(kind, seed + 20 + i, args.seconds * 0.15, thresholds[0], args.seconds + 90)
+             for i, kind in enumerate(("isolated", "legacy")) if judged[kind] or not TSAN]
     runs = []
     for kind, s, secs, th, deadline in plan:
         r = run_child(kind, s, secs, th, deadline)
-        if not args.judge_subinterpreters and (
-                kind == "legacy" or kind == "isolated" and sys.version_info < (3, 15)):
+        if kind in judged and not judged[kind]:
             r["judged"], r["ok"] = False, True     # stock crashes there too
         if args.expect_prompt and kind == "main" and th == 1 and r.get("left_behind"):
             r["failures"].append("%d of %d sentinel rounds left objects behind a blocked owner"
