@@ -18,7 +18,8 @@ import pytest
 
 from conftest import FLAVOURS, ROOT, dist_python
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = pytest.mark.timeout(600)
+HANG_GUARD = 240
 
 BUILD_SH = ROOT / "build.sh"
 REPO_PATCHES = ROOT / "patches" / "3.14"
@@ -85,11 +86,25 @@ class Sandbox:
     def run(self, *args, timeout=60, **env):
         e = clean_env(BRC_MERGE_CACHE=self.cache, BRC_MERGE_DIST=self.dist, BRC_MERGE_OFFLINE=1, **env)
         t0 = time.monotonic()
-        proc = subprocess.run([str(BUILD_SH), *map(str, args)], env=e, stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True, timeout=timeout)
+        # A run takes about a second; `timeout` only turns a hang into a failure.
+        # CI once saw a 1-s stage pass 60 s on a loaded machine, so the guard has
+        # a floor, and a hang reports the stage logs.
+        try:
+            proc = subprocess.run([str(BUILD_SH), *map(str, args)], env=e, stdin=subprocess.DEVNULL,
+                                  capture_output=True, text=True, timeout=max(timeout, HANG_GUARD))
+        except subprocess.TimeoutExpired as exc:
+            out = exc.output or b""
+            out = out.decode(errors="replace") if isinstance(out, bytes) else out
+            pytest.fail(f"build.sh {' '.join(map(str, args))} still running after {exc.timeout} s\n"
+                        f"{out}\n{self.stage_logs()}", pytrace=False)
         proc.elapsed = time.monotonic() - t0
         proc.out = proc.stdout + proc.stderr
         return proc
+
+    def stage_logs(self):
+        logs = sorted((self.cache / "build").glob("*/logs/*.log")) if (self.cache / "build").exists() else []
+        return "".join(f"--- {p.relative_to(self.cache)}\n{p.read_text(errors='replace')[-4000:]}\n"
+                       for p in logs) or "(no stage logs)"
 
 
 FAKE_CONFIGURE = "#!/bin/sh\necho 'fake configure: not a real CPython tree' >&2\nexit 1\n"
