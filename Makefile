@@ -42,7 +42,7 @@ CHECKS := $(VENV)/bin/python tests/regrtest_checks.py
 DIST_ENV := $(if $(DIST),BRC_MERGE_DIST='$(DIST)') $(if $(CACHE),BRC_MERGE_CACHE='$(CACHE)')
 
 .PHONY: help ft-brc ft gil flavours main-ft main-ft-brc main-flavours test-main test venv image-deps bench bench-fast bench-torch bench-venv clean distclean checksums \
-	image base-image image-torch image-torch-check torchrun-check clean-torch dist-tarball $(CHECKING) $(COMPARE) compare compare-main exhibit-h1 tsan tsan-stock asan asan-stock refleak stress stress-long parity reliability
+	release bench-release image base-image image-torch image-torch-check torchrun-check clean-torch dist-tarball $(CHECKING) $(COMPARE) compare compare-main exhibit-h1 tsan tsan-stock asan asan-stock refleak stress stress-long parity reliability
 
 help: ## list the targets (plain `make` builds ft-brc)
 	@echo "make [TARGET] [JOBS=N SOURCE=PATH CACHE=DIR DIST=DIR PATCHES=DIR OPTIMIZE=1 OFFLINE=1]"
@@ -240,6 +240,29 @@ TARBALL_DIR ?= dist/tarballs
 
 dist-tarball: ## pack a built flavour as a tarball that runs wherever it is unpacked, e.g. with uv [FLAVOUR=ft-brc|ft|gil TARBALL_DIR=dist/tarballs]
 	image/dist-tarball.sh $(if $(DIST),--dist '$(DIST)') --out '$(TARBALL_DIR)' '$(FLAVOUR)'
+
+# The release artifacts (docs/building.md "Release builds"): PGO + LTO builds in
+# a cache of their own (CACHE/release, sharing CACHE's sources and downloads),
+# so the quick dev flavours in dist/ stay as they are; then the tarball with its
+# uv downloads list, and the image from the same build.
+RELEASE_DIST ?= dist/release
+RELEASE_FLAVOURS ?= ft-brc
+RELEASE_IMAGE ?= 1
+RELEASE_ARGS := $(if $(JOBS),--jobs '$(JOBS)') $(if $(SOURCE),--source '$(SOURCE)') $(if $(PATCHES),--patches '$(PATCHES)') \
+	$(if $(filter 1 yes true,$(OFFLINE)),--offline) $(if $(filter 1 yes true,$(QUIET)),--quiet)
+
+release: ## PGO + LTO ft-brc into dist/release, its tarball + uv list, its image (~25 min, +image) [RELEASE_FLAVOURS=ft-brc RELEASE_IMAGE=1|0]
+	@set -e; cache=$$($(BUILD) $(if $(CACHE),--cache '$(CACHE)') --print-config | sed -n 's/^BRC_MERGE_CACHE=//p'); \
+	rel=$$cache/release; mkdir -p "$$rel" "$$cache/sources" "$$cache/downloads"; \
+	for d in sources downloads; do [ -L "$$rel/$$d" ] || ln -sn "$$cache/$$d" "$$rel/$$d"; done; \
+	$(BUILD) $(RELEASE_ARGS) --optimize --cache "$$rel" --dist '$(abspath $(RELEASE_DIST))' $(RELEASE_FLAVOURS); \
+	for f in $(filter ft-brc ft gil,$(RELEASE_FLAVOURS)); do \
+	    image/dist-tarball.sh --dist '$(abspath $(RELEASE_DIST))' --out '$(abspath $(RELEASE_DIST))/tarballs' "$$f"; done; \
+	if $(if $(filter 1 yes true,$(RELEASE_IMAGE)),true,false) && [ -e '$(RELEASE_DIST)/ft-brc' ]; then \
+	    $(IMAGE_ENV) CACHE="$$rel" PREBUILT=1 image/build.sh; fi
+
+bench-release: flavours bench-venv ## pyperformance on PGO+LTO and quick ft-brc and ft (needs make release RELEASE_FLAVOURS="ft-brc ft") -> bench/results/pp-release-*/report.md
+	$(VENV)/bin/python bench/pp_release.py $(BENCH_ARGS)
 
 clean: ## remove the dist/ symlinks and .venv (keeps every cache)
 	@dist=$$($(BUILD) $(BUILD_ARGS) --print-config | sed -n 's/^BRC_MERGE_DIST=//p'); \

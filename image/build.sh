@@ -17,7 +17,7 @@
 #
 # Settings (environment; the Makefile passes them through):
 #   IMAGE=brc-merge:3.14.7-ft-brc  BASE_IMAGE=debian:bookworm-slim  BUILDER_IMAGE=
-#   OPTIMIZE=0|1 (PGO+LTO, for release images)  PREBUILT=0|1  WITH_TK=0|1  JOBS=
+#   OPTIMIZE=0|1 (PGO+LTO; default 1 from source, the build's own with PREBUILT=1)  PREBUILT=0|1  WITH_TK=0|1  JOBS=
 #   SOURCE=tarball-or-tree (default: build.sh's lookup in its cache)  CACHE=DIR
 #   ENGINE=docker|podman (default: auto)  BUILD_FLAGS="extra build flags"
 # `image/build.sh --base-only` stops after step 2 (`make base-image`).
@@ -35,8 +35,9 @@ is_true() { [[ ${1:-0} =~ ^(1|yes|true|on)$ ]]; }
 IMAGE=${IMAGE:-brc-merge:$PY_VERSION-ft-brc}
 BASE_IMAGE=${BASE_IMAGE:-debian:bookworm-slim}
 BUILDER_IMAGE=${BUILDER_IMAGE:-$BASE_IMAGE}
-is_true "${OPTIMIZE:-0}" && OPTIMIZE=1 || OPTIMIZE=0
 is_true "${PREBUILT:-0}" && PREBUILT=1 || PREBUILT=0
+# A from-source image is a release artifact: PGO + LTO unless OPTIMIZE=0.
+is_true "${OPTIMIZE:-$((1 - PREBUILT))}" && OPTIMIZE=1 || OPTIMIZE=0
 is_true "${WITH_TK:-0}" && WITH_TK=1 || WITH_TK=0
 CTX=.image-context
 
@@ -91,9 +92,11 @@ for f in base series checksums "${series[@]}"; do
 done
 SOURCE_NAME=Python-$PY_VERSION
 if [[ $PREBUILT == 1 ]]; then
-    # Only an install that matches the current series and source may be shipped.
+    # Only an install that matches the current series and source may be shipped,
+    # optimised (make release) or not.
     ./build.sh ${CACHE:+--cache "$CACHE"} --offline --check ft-brc >/dev/null 2>&1 ||
-        die "PREBUILT=1 needs an up-to-date ft-brc build in the cache: run 'make ft-brc' first"
+        ./build.sh ${CACHE:+--cache "$CACHE"} --offline --optimize --check ft-brc >/dev/null 2>&1 ||
+        die "PREBUILT=1 needs an up-to-date ft-brc build in the cache: run 'make ft-brc' (or 'make release') first"
     prefix=$(config BRC_MERGE_CACHE)/install/ft-brc
     stage_tree "$prefix" "$CTX/prebuilt"
     OPTIMIZE=$(sed -n 's/^optimize //p' "$prefix/.brc-merge-key")   # for the labels

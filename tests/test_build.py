@@ -373,6 +373,27 @@ def test_checking_series_only_for_its_flavours(sandbox, tmp_path, flavour, serie
     sandbox.assert_dist_untouched()
 
 
+def test_release_is_optimised_in_a_cache_of_its_own(sandbox, tmp_path):
+    """make release: PGO + LTO into CACHE/release (sharing CACHE's sources)
+    and RELEASE_DIST; the dev builds and dist/ are left alone."""
+    tree = make_tree(tmp_path / "tree")
+    patches = make_patches(tmp_path / "patches", tree)
+    rel = tmp_path / "release-dist"
+    p = subprocess.run(["make", "-s", "--no-print-directory", "-C", str(ROOT), "release",
+                        f"CACHE={sandbox.cache}", f"SOURCE={tree}", f"PATCHES={patches}",
+                        f"RELEASE_DIST={rel}", "OFFLINE=1"],
+                       env=clean_env(BRC_MERGE_DIST=sandbox.dist, BRC_MERGE_NO_DEPS=1),
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=HANG_GUARD)
+    out = p.stdout + p.stderr
+    assert p.returncode != 0 and "configure ft-brc FAILED" in out, out
+    log = (sandbox.cache / "release" / "build" / "ft-brc" / "logs" / "configure.log").read_text()
+    assert "--enable-optimizations" in log and "--with-lto" in log, log
+    assert (sandbox.cache / "release" / "sources").resolve() == (sandbox.cache / "sources").resolve()
+    assert not (sandbox.cache / "build").exists(), "a release build touched the dev builds"
+    assert not rel.exists() or not any(rel.iterdir())
+    sandbox.assert_dist_untouched()
+
+
 def test_checking_series_missing(sandbox, tmp_path):
     tree = make_tree(tmp_path / "tree")
     patches = make_patches(tmp_path / "patches", tree)
