@@ -139,6 +139,7 @@ def image(engine):
         dist_python("ft-brc")  # skips unless the host has built ft-brc
     env = engine_env(engine)
     env.update(ENGINE=engine, IMAGE=IMAGE, PREBUILT="0" if FULL else "1")
+    env.setdefault("OPTIMIZE", "0")   # from source: quick, not the PGO + LTO default
     t0 = time.monotonic()
     p = subprocess.run([str(ROOT / "image" / "build.sh")], env=env, capture_output=True, text=True,
                        stdin=subprocess.DEVNULL, timeout=2400 if FULL else 1200)
