@@ -258,7 +258,7 @@ release: ## PGO + LTO ft-brc into dist/release, its tarball + uv list, its image
 	$(BUILD) $(RELEASE_ARGS) --optimize --cache "$$rel" --dist '$(abspath $(RELEASE_DIST))' $(RELEASE_FLAVOURS); \
 	for f in $(filter ft-brc ft gil,$(RELEASE_FLAVOURS)); do \
 	    image/dist-tarball.sh --dist '$(abspath $(RELEASE_DIST))' --out '$(abspath $(RELEASE_DIST))/tarballs' "$$f"; done; \
-	if $(if $(filter 1 yes true,$(RELEASE_IMAGE)),true,false) && [ -e '$(RELEASE_DIST)/ft-brc' ]; then \
+	if $(if $(filter 1 yes true,$(RELEASE_IMAGE)),true,false) && [ -e '$(abspath $(RELEASE_DIST))/ft-brc' ]; then \
 	    $(IMAGE_ENV) CACHE="$$rel" PREBUILT=1 image/build.sh; fi
 
 bench-release: flavours bench-venv ## pyperformance on PGO+LTO and quick ft-brc and ft (needs make release RELEASE_FLAVOURS="ft-brc ft") -> bench/results/pp-release-*/report.md

@@ -19,7 +19,6 @@ RELEASE_FLAVOURS="ft-brc ft") and from dist/ (make flavours).
 
 import argparse
 import json
-import math
 import statistics
 import subprocess
 import sys
@@ -53,8 +52,8 @@ def ratio(results, a, b, name):
 
 
 def geomean(values):
-    values = [v for v in values if v]
-    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+    values = [v for v in values if v is not None]
+    return statistics.geometric_mean(values) if values else None
 
 
 def main():

@@ -102,9 +102,8 @@ class Sandbox:
         return proc
 
     def stage_logs(self):
-        logs = sorted((self.cache / "build").glob("*/logs/*.log")) if (self.cache / "build").exists() else []
         return "".join(f"--- {p.relative_to(self.cache)}\n{p.read_text(errors='replace')[-4000:]}\n"
-                       for p in logs) or "(no stage logs)"
+                       for p in sorted(self.cache.glob("build/*/logs/*.log"))) or "(no stage logs)"
 
 
 FAKE_CONFIGURE = "#!/bin/sh\necho 'fake configure: not a real CPython tree' >&2\nexit 1\n"
