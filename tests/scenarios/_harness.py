@@ -36,6 +36,9 @@ import threading
 import time
 import weakref
 
+# the scripts use them as h.thread_state(), h.brc_stats()
+from _probes import brc_stats, thread_state  # noqa: F401
+
 MiB = 1 << 20
 PAGE = mmap.PAGESIZE
 PAYLOAD_SIZE = 64 * MiB
@@ -96,21 +99,6 @@ def touch(buf):
 
 # --------------------------------------------------------------------------
 # thread state probe
-
-
-def thread_state(native_id):
-    """Kernel scheduling state of a thread of this process ('R', 'S', ...).
-
-    Returns None if the thread no longer exists.  The state is the first
-    field after the last ')' of /proc/self/task/<tid>/stat (the comm field
-    in parentheses may itself contain spaces or parentheses).
-    """
-    try:
-        with open("/proc/self/task/%d/stat" % native_id) as f:
-            data = f.read()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    return data[data.rindex(")") + 2:].split()[0]
 
 
 def wait_blocked(native_id, timeout=BLOCK_TIMEOUT, settle=SETTLE):
@@ -178,15 +166,8 @@ def condition_committed(cond):
 # BRC counters (ft-brc only)
 
 
-def brc_stats():
-    """sys._brc_stats() as a plain dict, or None where the interpreter has
-    no such function (gil, stock ft).  Callers store it in the JSON result
-    only when it is not None."""
-    get = getattr(sys, "_brc_stats", None)
-    return dict(get()) if get is not None else None
-
-
 def add_brc_stats(result, key, stats):
+    # the JSON result has the key only where the counters exist
     if stats is not None:
         result[key] = stats
 

@@ -28,12 +28,10 @@ import argparse
 import os
 import queue
 import select
-import sys
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _harness as h  # noqa: E402
+import _harness as h
 
 SLEEP = 2.0  # the time.sleep kind's blocking call (not used for sync);
             # must outlast the wait until parked plus the retain window

@@ -27,12 +27,10 @@ import argparse
 import mmap
 import multiprocessing
 import os
-import sys
 import threading
 import weakref
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _harness as h  # noqa: E402
+import _harness as h
 
 MARKER = 0x5A
 GET_TIMEOUT = 30.0

@@ -47,10 +47,9 @@ import asyncio
 import os
 import sys
 import threading
+import weakref
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _harness as h  # noqa: E402
-import weakref  # noqa: E402
+import _harness as h
 
 SPIN = 3.0
 WAIT = 10.0        # longest wait for frees while the owner stays blocked

@@ -120,6 +120,12 @@ try:
 except ImportError:
     _tic = None
 
+# brc_stats() is shared with the scenario scripts; their folder is found from
+# this file (it runs from any directory).  Appended: it shadows nothing.
+sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                             "scenarios"))
+from _probes import brc_stats  # noqa: E402
+
 get_ident = threading.get_ident
 monotonic = time.monotonic
 
@@ -1362,11 +1368,6 @@ def shutdown_runner(ctx, n_during, patched):
 
 # =========================================================================
 # main
-
-
-def brc_stats():
-    get = getattr(sys, "_brc_stats", None)
-    return dict(get()) if get is not None else None
 
 
 MERGE_KEYS = ("merged_by_owner", "merged_on_behalf", "merged_by_gc", "merged_at_exit")

@@ -81,6 +81,12 @@ import weakref
 warnings.filterwarnings("ignore", "This process .* is multi-threaded", DeprecationWarning)
 
 HERE = os.path.abspath(__file__)
+# brc_stats() is shared with the scenario scripts; their folder is found from
+# this file, as the runs in subinterpreters (runpy.run_path) need it too.
+# Appended, so that it shadows nothing.
+sys.path.append(os.path.join(os.path.dirname(os.path.dirname(HERE)), "scenarios"))
+from _probes import brc_stats  # noqa: E402
+
 # --with-thread-sanitizer puts the flag in PY_CFLAGS, not CONFIG_ARGS
 TSAN = "-fsanitize=thread" in (__import__("sysconfig").get_config_var("PY_CFLAGS") or "")
 CAN_FORK = hasattr(os, "fork") and not TSAN
@@ -524,11 +530,6 @@ def wait_pid(pid, timeout, what):
 
 
 # -- one child run ------------------------------------------------------------
-
-def brc_stats():
-    f = getattr(sys, "_brc_stats", None)
-    return f() if f else None
-
 
 def check_stats(stats, fails):
     if stats is None:
