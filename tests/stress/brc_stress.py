@@ -1461,24 +1461,15 @@ def available_kinds(args):
     return kinds
 
 
-def main(argv=None):
-    args = parse_args(argv)
-    warnings.filterwarnings("ignore", category=DeprecationWarning, message=".*fork.*")
-    faulthandler.enable()
-    faulthandler.register(signal.SIGUSR2, all_threads=True, chain=False)
-    faulthandler.dump_traceback_later(args.watchdog, exit=True)
+# main()'s stages, in the order it runs them.
 
-    rng = random.Random(args.seed)
-    ctx = Context(args, rng)
-    ctx.kinds = available_kinds(args)
-    patched = hasattr(sys, "_brc_stats")
-    can_set = _tic is not None and hasattr(_tic, "set_brc_merge_threshold")
-    thresholds = []
-    if can_set and args.thresholds.strip().lower() not in ("", "none"):
-        thresholds = [int(x) for x in args.thresholds.split(",")]
-    original_threshold = _tic.set_brc_merge_threshold(-1) if can_set else None
-    MMAP_CAP[0] = args.mmap_cap
+# both fixed for the process: the BRC patch series, its threshold knob
+PATCHED = hasattr(sys, "_brc_stats")
+CAN_SET_THRESHOLD = _tic is not None and hasattr(_tic, "set_brc_merge_threshold")
 
+
+def install_hooks(ctx):
+    """An exception in a thread, or an unraisable one, fails the run."""
     def excepthook(hook_args):
         ctx.error("thread %s" % (hook_args.thread.name if hook_args.thread else "?"),
                   "".join(traceback.format_exception(hook_args.exc_type, hook_args.exc_value,
@@ -1491,18 +1482,40 @@ def main(argv=None):
             "".join(traceback.format_exception(u.exc_type, u.exc_value, u.exc_traceback))))
     sys.unraisablehook = unraisablehook
 
+
+def setup(args):
+    """The watchdog, the Context and the hooks.  Returns the Context, the
+    merge thresholds to cycle through and the threshold to restore."""
+    warnings.filterwarnings("ignore", category=DeprecationWarning, message=".*fork.*")
+    faulthandler.enable()
+    faulthandler.register(signal.SIGUSR2, all_threads=True, chain=False)
+    faulthandler.dump_traceback_later(args.watchdog, exit=True)
+
+    ctx = Context(args, random.Random(args.seed))
+    ctx.kinds = available_kinds(args)
+    thresholds = []
+    if CAN_SET_THRESHOLD and args.thresholds.strip().lower() not in ("", "none"):
+        thresholds = [int(x) for x in args.thresholds.split(",")]
+    original_threshold = _tic.set_brc_merge_threshold(-1) if CAN_SET_THRESHOLD else None
+    MMAP_CAP[0] = args.mmap_cap
+    install_hooks(ctx)
+
     if not args.json:
         sys.stderr.write("brc_stress: %s\n  seed %d, %d workers, %.0f s, kinds %s\n" % (
             sys.version.split()[0], args.seed, args.threads, args.duration,
             ",".join(ctx.kinds)))
-    stats_before = brc_stats()
+    return ctx, thresholds, original_threshold
 
-    ctx.workers = [Worker(ctx, i, rng.getrandbits(32)) for i in range(args.threads)]
+
+def start_threads(ctx, thresholds, n_during):
+    """Start the workers, the waker, the spawner and the shutdown runner
+    (n_during runs); returns the spawner's and the runner's threads."""
+    rng = ctx.rng
+    ctx.workers = [Worker(ctx, i, rng.getrandbits(32)) for i in range(ctx.args.threads)]
     ctx.waker = Waker(ctx, rng.getrandbits(32), thresholds)
     spawner_thread = threading.Thread(target=spawner, args=(ctx, rng.getrandbits(32)),
                                       name="spawner", daemon=True)
-    n_during = max(0, args.shutdown_runs - 1)
-    runner = threading.Thread(target=shutdown_runner, args=(ctx, n_during, patched),
+    runner = threading.Thread(target=shutdown_runner, args=(ctx, n_during, PATCHED),
                               name="shutdown-runner", daemon=True)
     ctx.t0 = monotonic()
     ctx.waker.thread.start()
@@ -1510,7 +1523,13 @@ def main(argv=None):
         w.thread.start()
     spawner_thread.start()
     runner.start()
+    return spawner_thread, runner
 
+
+def run_phase(ctx):
+    """Let the threads run for --duration, then tell them to stop; returns
+    how long they ran."""
+    args = ctx.args
     end = ctx.t0 + args.duration
     while True:
         remaining = end - monotonic()
@@ -1523,26 +1542,28 @@ def main(argv=None):
                              % (ctx.elapsed(), c, f, c - f, len(ctx.errors)))
     run_seconds = ctx.elapsed()
     ctx.stop.set()
+    return run_seconds
 
-    # ---- stop and join everything
+
+def join_threads(ctx, spawner_thread, runner):
+    """Join every thread; returns the names of those that did not end."""
     hung = []
     for t in [w.thread for w in ctx.workers] + [spawner_thread, ctx.waker.thread]:
         t.join(JOIN_TIMEOUT)
         if t.is_alive():
             hung.append(t.name)
-    runner.join(args.shutdown_timeout + 30)
+    runner.join(ctx.args.shutdown_timeout + 30)
     if runner.is_alive():
         hung.append(runner.name)
     if hung:
         ctx.error("main", "threads did not finish: %s" % ", ".join(hung))
         faulthandler.dump_traceback(all_threads=True)
+    return hung
 
-    if can_set:
-        _tic.set_brc_merge_threshold(original_threshold)
-    if ctx.fork_tokens:
-        ctx.error("main", "%d requested forks did not happen" % len(ctx.fork_tokens))
 
-    # ---- drop everything, collect, count
+def drain(ctx, hung):
+    """Drop everything the workers hold and collect until every object is
+    finalised (or SETTLE_TIMEOUT); returns how long that took."""
     for w in ctx.workers:
         w.mailbox.clear()
         w.hold.clear()
@@ -1558,15 +1579,33 @@ def main(argv=None):
            and totals()[0] != totals()[1]):
         threading.Event().wait(0.01)
         gc.collect()
-    settle_seconds = monotonic() - settle_start
+    return monotonic() - settle_start
 
-    # ---- the final shutdown run, from the main thread
-    if args.shutdown_runs > 0 and not hung:
-        try:
-            shutdown_run(ctx, n_during, patched)
-        except BaseException:
-            ctx.error("main", "shutdown run: " + traceback.format_exc())
 
+def brc_accounting(stats_before, stats_after, hung, failures):
+    """The counters' change over the run and whether every queued object
+    was merged (appended to failures where not); (None, None) where
+    sys._brc_stats() is missing."""
+    if stats_before is None or stats_after is None:
+        return None, None
+    delta = {k: stats_after[k] - stats_before[k] for k in stats_after if k not in GAUGES}
+    for k in GAUGES:
+        delta[k] = stats_after[k]
+    merged = sum(stats_after[k] for k in MERGE_KEYS)
+    accounting = {"enqueued": stats_after["enqueued"], "merged": merged,
+                  "queue_length": stats_after["queue_length"],
+                  "ok": stats_after["enqueued"] == merged + stats_after["queue_length"]}
+    if not accounting["ok"] and not hung:
+        failures.append("BRC accounting: enqueued %(enqueued)d != merged %(merged)d"
+                        " + queued %(queue_length)d" % accounting)
+    if stats_after["queue_length"] and not hung:
+        failures.append("%d objects still queued at the end" % stats_after["queue_length"])
+    return delta, accounting
+
+
+def judge(ctx, hung, stats_before):
+    """Count the objects and the counters after the run and judge them: the
+    result's "ok", "failures" and counts."""
     created, _, off_owner = totals()
     n_serials = count_value(SERIALS) - 1
     finalised, double, double_sample, leaked, leaked_sample = check_serials(0, n_serials)
@@ -1586,25 +1625,28 @@ def main(argv=None):
     if double:
         failures.append("%d double finalisations (serials %r)" % (double, double_sample))
     # (failed forks and shutdown runs are in ctx.errors already)
-    delta = None
-    accounting = None
-    if stats_before is not None and stats_after is not None:
-        delta = {k: stats_after[k] - stats_before[k] for k in stats_after if k not in GAUGES}
-        for k in GAUGES:
-            delta[k] = stats_after[k]
-        merged = sum(stats_after[k] for k in MERGE_KEYS)
-        accounting = {"enqueued": stats_after["enqueued"], "merged": merged,
-                      "queue_length": stats_after["queue_length"],
-                      "ok": stats_after["enqueued"] == merged + stats_after["queue_length"]}
-        if not accounting["ok"] and not hung:
-            failures.append("BRC accounting: enqueued %(enqueued)d != merged %(merged)d"
-                            " + queued %(queue_length)d" % accounting)
-        if stats_after["queue_length"] and not hung:
-            failures.append("%d objects still queued at the end" % stats_after["queue_length"])
-
-    result = {
+    delta, accounting = brc_accounting(stats_before, stats_after, hung, failures)
+    return {
         "ok": not failures,
         "failures": failures,
+        "created": created,
+        "finalised": finalised,
+        "double_finalised": double,
+        "leaked": leaked,
+        "leaked_sample": leaked_sample,
+        "finalised_off_owner": off_owner,
+        "mmap_payloads": mmaps,
+        "brc_stats_before": stats_before,
+        "brc_stats_after": stats_after,
+        "brc_stats_delta": delta,
+        "brc_accounting": accounting,
+    }
+
+
+def describe_run(ctx, argv, thresholds, run_seconds, settle_seconds, hung):
+    """The rest of the result: what ran, for how long, on what."""
+    args = ctx.args
+    return {
         "duration": args.duration,
         "elapsed": round(ctx.elapsed(), 2),
         "run_seconds": round(run_seconds, 2),
@@ -1613,13 +1655,6 @@ def main(argv=None):
         "threads": args.threads,
         "argv": sys.argv[1:] if argv is None else list(argv),
         "interpreter": interpreter_info(),
-        "created": created,
-        "finalised": finalised,
-        "double_finalised": double,
-        "leaked": leaked,
-        "leaked_sample": leaked_sample,
-        "finalised_off_owner": off_owner,
-        "mmap_payloads": mmaps,
         "kinds": ctx.kinds,
         "blocks": dict(sorted(ctx.blocks.items())),
         "tally": dict(sorted(ctx.tally.items())),
@@ -1631,14 +1666,15 @@ def main(argv=None):
         "shutdown_runs": ctx.shutdown_runs,
         "thresholds": thresholds,
         "threshold_changes": ctx.threshold_changes,
-        "brc_stats_before": stats_before,
-        "brc_stats_after": stats_after,
-        "brc_stats_delta": delta,
-        "brc_accounting": accounting,
         "peak_rss_mib": rss_peak_mib(),
         "hung_threads": hung,
     }
 
+
+def report(ctx, result, settle_seconds):
+    """One JSON line on stdout (--json) or a summary on stderr, then the
+    failures on stderr."""
+    args = ctx.args
     if args.json:
         sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
         sys.stdout.flush()
@@ -1647,19 +1683,46 @@ def main(argv=None):
         w("brc_stress: %s in %.1f s (seed %d)\n" % ("PASS" if result["ok"] else "FAIL",
                                                    result["elapsed"], args.seed))
         w("  created %d finalised %d double %d leaked %d (off-owner %d, mmap %d)\n" % (
-            created, finalised, double, leaked, off_owner, mmaps))
+            result["created"], result["finalised"], result["double_finalised"],
+            result["leaked"], result["finalised_off_owner"], result["mmap_payloads"]))
         w("  blocks %s\n" % json.dumps(result["blocks"]))
         w("  native %d short-lived %d forks %s shutdown runs %s\n" % (
             ctx.native_threads, ctx.short_lived,
             [r["exitcode"] for r in ctx.forks], [r["returncode"] for r in ctx.shutdown_runs]))
-        if delta is not None:
-            w("  brc delta %s\n" % json.dumps(delta))
+        if result["brc_stats_delta"] is not None:
+            w("  brc delta %s\n" % json.dumps(result["brc_stats_delta"]))
         w("  peak RSS %s MiB, settle %.3f s\n" % (result["peak_rss_mib"], settle_seconds))
-    if failures:
+    if result["failures"]:
         sys.stderr.write("brc_stress: FAILED (seed %d):\n" % args.seed)
-        for f in failures:
+        for f in result["failures"]:
             sys.stderr.write("  - %s\n" % f.replace("\n", "\n    "))
         sys.stderr.flush()
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    ctx, thresholds, original_threshold = setup(args)
+    stats_before = brc_stats()
+    n_during = max(0, args.shutdown_runs - 1)
+    spawner_thread, runner = start_threads(ctx, thresholds, n_during)
+    run_seconds = run_phase(ctx)
+    hung = join_threads(ctx, spawner_thread, runner)
+    if CAN_SET_THRESHOLD:
+        _tic.set_brc_merge_threshold(original_threshold)
+    if ctx.fork_tokens:
+        ctx.error("main", "%d requested forks did not happen" % len(ctx.fork_tokens))
+    settle_seconds = drain(ctx, hung)
+
+    # ---- the final shutdown run, from the main thread
+    if args.shutdown_runs > 0 and not hung:
+        try:
+            shutdown_run(ctx, n_during, PATCHED)
+        except BaseException:
+            ctx.error("main", "shutdown run: " + traceback.format_exc())
+
+    result = judge(ctx, hung, stats_before)
+    result.update(describe_run(ctx, argv, thresholds, run_seconds, settle_seconds, hung))
+    report(ctx, result, settle_seconds)
     if hung:
         sys.stdout.flush()
         sys.stderr.flush()
