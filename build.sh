@@ -17,103 +17,102 @@ DEFAULT_LINE=3.14
 SERIES_LINE=$DEFAULT_LINE
 
 # ---------------------------------------------------------------------------
-# Flavours: the ONE place that defines them and their configure flags.
+# Flavours: the ONE place that defines them. `./build.sh --list` prints this
+# table; the Makefile, tests/, bench/ and image/ read that, not lists of their own.
 # ---------------------------------------------------------------------------
-VALID_FLAVOURS=(gil ft ft-brc ft-brc-debug ft-tsan ft-brc-tsan ft-asan ft-brc-asan
-    main-ft main-ft-brc ft-upstream main-ft-upstream ft-upstream-debug)
-# The line of each flavour (default: DEFAULT_LINE).
-declare -A FLAVOUR_LINE=([main-ft]=main [main-ft-brc]=main [main-ft-upstream]=main)
-declare -A FLAVOUR_DESC=(
-    [gil]="stock CPython, GIL enabled"
-    [ft]="stock CPython, free-threaded (--disable-gil)"
-    [ft-brc]="free-threaded + patch series (upstream's BRC fix + follow-ups)"
-    [ft-brc-debug]="ft-brc with --with-pydebug (assertions, refleak runs)"
-    [ft-tsan]="stock free-threaded, ThreadSanitizer + pydebug (clang)"
-    [ft-brc-tsan]="ft-brc, ThreadSanitizer + pydebug (clang)"
-    [ft-asan]="stock free-threaded, AddressSanitizer + pydebug (clang)"
-    [ft-brc-asan]="ft-brc, AddressSanitizer + pydebug (clang)"
-    [main-ft]="stock CPython main (pinned commit), free-threaded"
-    [main-ft-brc]="main-ft + patches/main series (BRC merge)"
-    [ft-upstream]="ft + the series' first patch alone: upstream's gh-157838 fix (comparison only)"
-    [main-ft-upstream]="main-ft + the same backport (comparison only)"
-    [ft-upstream-debug]="ft-upstream with --with-pydebug (its assertions, comparison only)"
-)
-declare -A FLAVOUR_PATCHED=([gil]=0 [ft]=0 [ft-brc]=1 [ft-brc-debug]=1 [ft-tsan]=0 [ft-brc-tsan]=1
-    [ft-asan]=0 [ft-brc-asan]=1 [main-ft]=0 [main-ft-brc]=1 [ft-upstream]=0 [main-ft-upstream]=0
-    [ft-upstream-debug]=0)
-# Comparison flavours: the stock base plus another series of patches/<line>/
-# instead of the project's series (never shipped in an image or a tarball).
-declare -A FLAVOUR_SERIES=([ft-upstream]=compare/upstream.series
-    [main-ft-upstream]=compare/upstream.series
-    [ft-upstream-debug]=compare/upstream.series)
-declare -A FLAVOUR_GIL=([gil]=True [ft]=False [ft-brc]=False [ft-brc-debug]=False
-    [ft-tsan]=False [ft-brc-tsan]=False [ft-asan]=False [ft-brc-asan]=False
-    [main-ft]=False [main-ft-brc]=False [ft-upstream]=False
-    [main-ft-upstream]=False [ft-upstream-debug]=False)   # sys._is_gil_enabled()
-# Checking builds: no PGO/LTO even with --optimize (PGO under TSan would take an
-# hour and tells nothing; the debug build must stay -Og to be debuggable).
-declare -A FLAVOUR_CHECKING=([ft-brc-debug]=1 [ft-tsan]=1 [ft-brc-tsan]=1 [ft-asan]=1 [ft-brc-asan]=1
-    [ft-upstream-debug]=1)
+# One row per flavour, blank-separated; the description is the rest of the row.
+#   line       3.14 | main: its patches/<line>/ and source
+#   group      core (every build and test run), main (CPython main), checking
+#              (debug and sanitizer builds), compare (comparison only)
+#   gil        sys._is_gil_enabled() of the build (the smoke stage checks it)
+#   patches    series = patches/<line>/series; - = stock; else another series of
+#              patches/<line>/ applied to the stock base instead (the comparison
+#              flavours: never shipped in an image or a tarball)
+#   checking   1: no PGO/LTO even with --optimize (PGO under TSan would take an
+#              hour and tells nothing; a debug build must stay -Og to be
+#              debuggable); installed without pip, Lib/ partly byte-compiled
+#   san        tsan | asan | -: the sanitizer, built with SAN_CC (below)
+#   configure  its configure flags, comma-separated (- none), after
+#              CONFIGURE_FLAGS_COMMON; a sanitizer adds CC=SAN_CC CXX=SAN_CXX
+# (Keys hold the configure flags as they come out: keep their order and spelling.)
+# (read -d '' reads to the end and so returns 1.)
+IFS= read -r -d '' FLAVOUR_TABLE <<'EOF' || true
+# flavour         line group    gil   patches                 checking san  configure                                             description
+gil               3.14 core     True  -                       0        -    -                                                     stock CPython, GIL enabled
+ft                3.14 core     False -                       0        -    --disable-gil                                         stock CPython, free-threaded (--disable-gil)
+ft-brc            3.14 core     False series                  0        -    --disable-gil                                         free-threaded + patch series (upstream's BRC fix + follow-ups)
+ft-brc-debug      3.14 checking False series                  1        -    --disable-gil,--with-pydebug                          ft-brc with --with-pydebug (assertions, refleak runs)
+ft-tsan           3.14 checking False -                       1        tsan --disable-gil,--with-thread-sanitizer,--with-pydebug  stock free-threaded, ThreadSanitizer + pydebug (clang)
+ft-brc-tsan       3.14 checking False series                  1        tsan --disable-gil,--with-thread-sanitizer,--with-pydebug  ft-brc, ThreadSanitizer + pydebug (clang)
+ft-asan           3.14 checking False -                       1        asan --disable-gil,--with-address-sanitizer,--with-pydebug stock free-threaded, AddressSanitizer + pydebug (clang)
+ft-brc-asan       3.14 checking False series                  1        asan --disable-gil,--with-address-sanitizer,--with-pydebug ft-brc, AddressSanitizer + pydebug (clang)
+main-ft           main main     False -                       0        -    --disable-gil                                         stock CPython main (pinned commit), free-threaded
+main-ft-brc       main main     False series                  0        -    --disable-gil                                         main-ft + patches/main series (BRC merge)
+ft-upstream       3.14 compare  False compare/upstream.series 0        -    --disable-gil                                         ft + the series' first patch alone: upstream's gh-157838 fix (comparison only)
+main-ft-upstream  main compare  False compare/upstream.series 0        -    --disable-gil                                         main-ft + the same backport (comparison only)
+ft-upstream-debug 3.14 compare  False compare/upstream.series 1        -    --disable-gil,--with-pydebug                          ft-upstream with --with-pydebug (its assertions, comparison only)
+EOF
+VALID_GROUPS=(core main checking compare)
 CONFIGURE_FLAGS_COMMON=(--with-ensurepip=install)
-# shellcheck disable=SC2034  # read via nameref in configure_flags
-CONFIGURE_FLAGS_gil=()
-# shellcheck disable=SC2034
-CONFIGURE_FLAGS_ft=(--disable-gil)
-# shellcheck disable=SC2034
-CONFIGURE_FLAGS_ft_brc=(--disable-gil)
-# shellcheck disable=SC2034
-CONFIGURE_FLAGS_ft_brc_debug=(--disable-gil --with-pydebug)
-# shellcheck disable=SC2034
-CONFIGURE_FLAGS_main_ft=(--disable-gil)
-# shellcheck disable=SC2034
-CONFIGURE_FLAGS_main_ft_brc=(--disable-gil)
-# shellcheck disable=SC2034
-CONFIGURE_FLAGS_ft_upstream=(--disable-gil)
-# shellcheck disable=SC2034
-CONFIGURE_FLAGS_main_ft_upstream=(--disable-gil)
-# shellcheck disable=SC2034
-CONFIGURE_FLAGS_ft_upstream_debug=(--disable-gil --with-pydebug)
-# The sanitizer flavours are built with clang-16. TSan as CPython's own CI
-# builds it: clang, --with-pydebug. gcc's TSan does not model the atomic
-# fences CPython and mimalloc use and reports more noise.
+
+# The sanitizer flavours: clang-16, --with-pydebug, as CPython's own sanitizer
+# CI builds them (gcc's TSan does not model the atomic fences CPython and
+# mimalloc use and reports more noise); one toolchain for TSan and ASan.
 SAN_CC=clang-16
 SAN_CXX=clang++-16
-# llvm-16 ships /usr/lib/llvm-16/bin/llvm-symbolizer: the sanitizer runtimes
-# need their own LLVM's symbolizer (Debian's default is LLVM 14's), or reports
-# have no function names and suppressions (which match names) match nothing.
+# llvm-16 for its llvm-symbolizer: the sanitizer runtimes need their own LLVM's
+# (Debian's default is LLVM 14's), or reports have no function names and
+# suppressions (which match names) match nothing.
 SAN_DEPS=(clang-16 libclang-rt-16-dev llvm-16)
-# shellcheck disable=SC2034
-CONFIGURE_FLAGS_ft_tsan=(--disable-gil --with-thread-sanitizer --with-pydebug
-    "CC=$SAN_CC" "CXX=$SAN_CXX")
-# shellcheck disable=SC2034
-CONFIGURE_FLAGS_ft_brc_tsan=("${CONFIGURE_FLAGS_ft_tsan[@]}")
-# ASan: the same clang-16 as TSan (one toolchain, and its llvm-symbolizer for
-# both), --with-pydebug as CPython's sanitizer CI builds (assertions on top
-# of ASan; Py_ALWAYS_INLINE is off there too). --with-address-sanitizer
-# already turns pymalloc off, and the free-threaded build allocates objects
-# with mimalloc anyway, which ASan knows nothing about unless mimalloc tells
-# it (MI_TRACK_ASAN: freed blocks are poisoned, so a use after free shows as
-# use-after-poison); it is a compile-time define for every file that includes
-# mimalloc's types.h (it also turns on mimalloc's padding), hence in CFLAGS.
-# -fsanitize-recover=address: reports do not abort, so with ASAN_OPTIONS
-# halt_on_error=0 one run lists every report (each one still fails the check).
-# The checking series (patches/<line>/checking/asan.series) marks the
-# free-threaded build's deliberate optimistic reads of possibly freed objects.
-# shellcheck disable=SC2034
-CONFIGURE_FLAGS_ft_asan=(--disable-gil --with-address-sanitizer --with-pydebug
-    "CC=$SAN_CC" "CXX=$SAN_CXX")
-# shellcheck disable=SC2034
-CONFIGURE_FLAGS_ft_brc_asan=("${CONFIGURE_FLAGS_ft_asan[@]}")
-ASAN_CFLAGS="-DMI_TRACK_ASAN=1 -fsanitize-recover=address"
-declare -A FLAVOUR_CFLAGS=([ft-asan]=$ASAN_CFLAGS [ft-brc-asan]=$ASAN_CFLAGS)
-# Checking-only patches, applied after the series (if any): checking/<name>.series.
-declare -A FLAVOUR_CHECK_SERIES=([ft-asan]=asan [ft-brc-asan]=asan)
+# ASan: --with-address-sanitizer turns pymalloc off, but the free-threaded build
+# allocates objects with mimalloc, which ASan knows nothing about unless
+# mimalloc tells it: MI_TRACK_ASAN (freed blocks poisoned, so a use after free
+# shows as use-after-poison) is a compile-time define for every file that
+# includes mimalloc's types.h, hence CFLAGS. -fsanitize-recover=address: with
+# ASAN_OPTIONS halt_on_error=0 one run lists every report (each still fails).
+declare -A SAN_CFLAGS=([tsan]="" [asan]="-DMI_TRACK_ASAN=1 -fsanitize-recover=address")
+# Checking-only patches applied after the series (if any): checking/<name>.series;
+# asan's marks the free-threaded build's deliberate optimistic reads of
+# possibly freed objects.
+declare -A SAN_CHECK_SERIES=([tsan]="" [asan]=asan)
 # The build runs the new interpreter (install byte-compiles, smoke): CPython
 # frees not everything at exit by design, so no LeakSanitizer there.
-declare -A FLAVOUR_ENV=([ft-asan]="ASAN_OPTIONS=detect_leaks=0" [ft-brc-asan]="ASAN_OPTIONS=detect_leaks=0")
-declare -A FLAVOUR_CC=([ft-tsan]=$SAN_CC [ft-brc-tsan]=$SAN_CC [ft-asan]=$SAN_CC [ft-brc-asan]=$SAN_CC)
-declare -A FLAVOUR_DEPS=([ft-tsan]="${SAN_DEPS[*]}" [ft-brc-tsan]="${SAN_DEPS[*]}"
-    [ft-asan]="${SAN_DEPS[*]}" [ft-brc-asan]="${SAN_DEPS[*]}")
+declare -A SAN_ENV=([tsan]="" [asan]="ASAN_OPTIONS=detect_leaks=0")
+
+# The table as arrays keyed by flavour (unset = empty/no).
+VALID_FLAVOURS=()
+declare -A FLAVOUR_LINE=() FLAVOUR_GROUP=() FLAVOUR_GIL=() FLAVOUR_DESC=() FLAVOUR_PATCHED=() \
+    FLAVOUR_SERIES=() FLAVOUR_CHECKING=() FLAVOUR_SAN=() FLAVOUR_CONFIGURE=() FLAVOUR_CFLAGS=() \
+    FLAVOUR_CHECK_SERIES=() FLAVOUR_ENV=() FLAVOUR_CC=() FLAVOUR_DEPS=()
+while read -r f line group gil patches checking san conf desc; do
+    [[ -n $f && $f != '#'* ]] || continue
+    if [[ " ${VALID_LINES[*]} " != *" $line "* || " ${VALID_GROUPS[*]} " != *" $group "* ||
+          ($gil != True && $gil != False) || ($checking != 0 && $checking != 1) ||
+          ($san != - && -z ${SAN_CFLAGS[$san]+set}) || -z $desc ]]; then
+        printf 'build.sh: error: FLAVOUR_TABLE: bad row for %s\n' "$f" >&2
+        exit 70
+    fi
+    VALID_FLAVOURS+=("$f")
+    FLAVOUR_LINE[$f]=$line FLAVOUR_GROUP[$f]=$group FLAVOUR_GIL[$f]=$gil FLAVOUR_DESC[$f]=$desc
+    FLAVOUR_SAN[$f]=$san FLAVOUR_PATCHED[$f]=0
+    case $patches in
+        series) FLAVOUR_PATCHED[$f]=1 ;;
+        -) ;;
+        *) FLAVOUR_SERIES[$f]=$patches ;;
+    esac
+    [[ $checking == 0 ]] || FLAVOUR_CHECKING[$f]=1
+    [[ $conf != - ]] || conf=""
+    conf=${conf//,/ }
+    if [[ $san != - ]]; then
+        conf+=" CC=$SAN_CC CXX=$SAN_CXX"
+        FLAVOUR_CC[$f]=$SAN_CC FLAVOUR_DEPS[$f]=${SAN_DEPS[*]}
+        [[ -z ${SAN_CFLAGS[$san]} ]] || FLAVOUR_CFLAGS[$f]=${SAN_CFLAGS[$san]}
+        [[ -z ${SAN_CHECK_SERIES[$san]} ]] || FLAVOUR_CHECK_SERIES[$f]=${SAN_CHECK_SERIES[$san]}
+        [[ -z ${SAN_ENV[$san]} ]] || FLAVOUR_ENV[$f]=${SAN_ENV[$san]}
+    fi
+    FLAVOUR_CONFIGURE[$f]=${conf# }
+done <<<"$FLAVOUR_TABLE"
+unset f line group gil patches checking san conf desc
 CONFIGURE_FLAGS_OPTIMIZE=(--enable-optimizations --with-lto)
 # Keep frame pointers: we profile these builds.
 CONFIGURE_CFLAGS="-fno-omit-frame-pointer -mno-omit-leaf-frame-pointer"
@@ -163,6 +162,9 @@ Options (each has an environment equivalent; the flag wins):
   --update-checksums  recompute PATCHES/checksums from the files the series touches
   --check           exit 0 if every FLAVOUR is up to date, 3 if any needs a build
   --print-config    print the resolved settings and exit
+  --list [GROUP...] print the flavour table (tab-separated; a first '#' line names
+                    the columns: flavour line group gil description ...), or the
+                    flavours of each GROUP, one a line: ${VALID_GROUPS[*]}
   -h, --help        this help
 
 Source lookup order: --source/BRC_MERGE_SOURCE; \$CACHE/downloads/Python-<ver>.tgz;
@@ -297,6 +299,7 @@ parse_args() {
             --check) MODE=check; shift ;;
             --print-config) MODE=print-config; shift ;;
             -h|--help) usage; exit 0 ;;
+            --list) shift; list_flavours "$@"; exit 0 ;;
             --) shift; FLAVOURS+=("$@"); break ;;
             -*) die 2 "unknown option '$1' (see --help)" ;;
             *) FLAVOURS+=("$1"); shift ;;
@@ -350,6 +353,30 @@ parse_args() {
     [[ -z $SOURCE ]] || SOURCE=$(realpath -m -- "$SOURCE")
     [[ -z $PREFIX ]] || PREFIX=$(realpath -m -- "$PREFIX")
     [[ $PREFIX != / ]] || die 2 "--prefix/BRC_MERGE_PREFIX must not be /"
+}
+
+# --list [GROUP...]: the flavour table, tab-separated under a '#' line naming
+# the columns (the first five stay first: other code reads them), or the
+# flavours of the GROUPs, one a line, in table order. Nothing else is checked.
+list_flavours() {
+    local f g patches
+    for g in "$@"; do
+        [[ " ${VALID_GROUPS[*]} " == *" $g "* ]] ||
+            die 2 "unknown group '$g'; valid groups are: ${VALID_GROUPS[*]}"
+    done
+    if [[ $# -eq 0 ]]; then
+        printf '# flavour\tline\tgroup\tgil\tdescription\tpatches\tchecking\tsan\n'
+        for f in "${VALID_FLAVOURS[@]}"; do
+            patches=${FLAVOUR_SERIES[$f]:--}
+            [[ ${FLAVOUR_PATCHED[$f]} == 0 ]] || patches=series
+            printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$f" "${FLAVOUR_LINE[$f]}" "${FLAVOUR_GROUP[$f]}" \
+                "${FLAVOUR_GIL[$f]}" "${FLAVOUR_DESC[$f]}" "$patches" "${FLAVOUR_CHECKING[$f]:-0}" "${FLAVOUR_SAN[$f]}"
+        done
+        return
+    fi
+    for f in "${VALID_FLAVOURS[@]}"; do
+        [[ " $* " != *" ${FLAVOUR_GROUP[$f]} "* ]] || printf '%s\n' "$f"
+    done
 }
 
 # Where FLAVOUR is installed: --prefix/BRC_MERGE_PREFIX, else $CACHE/install/FLAVOUR.
@@ -641,7 +668,8 @@ ensure_source_tree() {
 # Keys
 # ---------------------------------------------------------------------------
 configure_flags() {  # configure_flags FLAVOUR -> CONF_FLAGS array
-    local -n own="CONFIGURE_FLAGS_${1//-/_}"
+    local -a own
+    read -ra own <<<"${FLAVOUR_CONFIGURE[$1]}"
     CONF_FLAGS=(--prefix="$(install_prefix "$1")" "${CONFIGURE_FLAGS_COMMON[@]}" "${own[@]}")
     [[ $OPTIMIZE == 0 || -n ${FLAVOUR_CHECKING[$1]:-} ]] || CONF_FLAGS+=("${CONFIGURE_FLAGS_OPTIMIZE[@]}")
     CONF_FLAGS+=("CFLAGS=$CONFIGURE_CFLAGS${FLAVOUR_CFLAGS[$1]:+ ${FLAVOUR_CFLAGS[$1]}}")
