@@ -7,19 +7,36 @@ FLAVOURS are the three 3.14 flavours every build and test run covers
 MAIN_FLAVOURS are the stock and patched free-threaded builds of CPython main
 (`make test` builds them too); EXTRA_FLAVOURS are optional instrumented builds
 and COMPARE_FLAVOURS stock plus the backport of upstream's fix, which
-dist_python() also accepts.
+dist_python() also accepts. All come from build.sh's table of flavours
+(`build.sh --list`: groups core, main, checking and compare), in its order.
 """
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-FLAVOURS = ("gil", "ft", "ft-brc")
-MAIN_FLAVOURS = ("main-ft", "main-ft-brc")
-EXTRA_FLAVOURS = ("ft-brc-debug", "ft-tsan", "ft-brc-tsan", "ft-asan", "ft-brc-asan")
+
+
+def _flavour_groups():
+    """{group: (flavour, ...)} from `build.sh --list` (its columns: flavour line group gil description ...)."""
+    table = subprocess.run([str(ROOT / "build.sh"), "--list"], capture_output=True, text=True,
+                           check=True, timeout=60).stdout
+    groups = {}
+    for row in table.splitlines():
+        if row and not row.startswith("#"):
+            flavour, _line, group = row.split("\t")[:3]
+            groups[group] = groups.get(group, ()) + (flavour,)
+    return groups
+
+
+FLAVOUR_GROUPS = _flavour_groups()
+FLAVOURS = FLAVOUR_GROUPS["core"]
+MAIN_FLAVOURS = FLAVOUR_GROUPS["main"]
+EXTRA_FLAVOURS = FLAVOUR_GROUPS["checking"]
 # Stock plus the backport of upstream's fix (patches/<line>/compare), for `make compare`.
-COMPARE_FLAVOURS = ("ft-upstream", "main-ft-upstream", "ft-upstream-debug")
+COMPARE_FLAVOURS = FLAVOUR_GROUPS["compare"]
 
 
 def dist_dir() -> Path:
