@@ -12,10 +12,11 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := ft-brc
 
-FLAVOURS := gil ft ft-brc
-# CPython main (patches/main, pinned commit): stock and patched free-threaded.
-MAIN_FLAVOURS := main-ft main-ft-brc
 BUILD := ./build.sh
+# The flavours, by group, from build.sh's table (./build.sh --list).
+FLAVOURS := $(shell $(BUILD) --list core)
+# CPython main (patches/main, pinned commit): stock and patched free-threaded.
+MAIN_FLAVOURS := $(shell $(BUILD) --list main)
 HOST_PYTHON ?= python3
 VENV := .venv
 PYTEST_ARGS ?=
@@ -30,10 +31,11 @@ BUILD_ARGS := $(if $(JOBS),--jobs '$(JOBS)') $(if $(SOURCE),--source '$(SOURCE)'
 	$(if $(filter 1 yes true,$(OPTIMIZE)),--optimize) \
 	$(if $(filter 1 yes true,$(OFFLINE)),--offline) $(if $(filter 1 yes true,$(QUIET)),--quiet)
 
-CHECKING := ft-brc-debug ft-tsan ft-brc-tsan ft-asan ft-brc-asan
+CHECKING := $(shell $(BUILD) --list checking)
 # Stock plus the backport of upstream's fix (patches/<line>/compare): on demand.
-COMPARE := ft-upstream main-ft-upstream ft-upstream-debug
-ALL_FLAVOURS := $(FLAVOURS) $(MAIN_FLAVOURS) $(CHECKING) $(COMPARE)
+COMPARE := $(shell $(BUILD) --list compare)
+ALL_FLAVOURS := $(shell $(BUILD) --list core main checking compare)
+$(if $(filter ft-brc,$(FLAVOURS)),,$(error $(BUILD) --list core does not name ft-brc))
 # make stress: seconds per flavour (two flavours: about 5 minutes in all).
 STRESS_SECONDS ?= 150
 ASAN_STRESS_SECONDS ?= 60
@@ -41,58 +43,26 @@ CHECKS := $(VENV)/bin/python tests/regrtest_checks.py
 # Where the tests and benchmarks find the builds (same settings as build.sh).
 DIST_ENV := $(if $(DIST),BRC_MERGE_DIST='$(DIST)') $(if $(CACHE),BRC_MERGE_CACHE='$(CACHE)')
 
-.PHONY: help ft-brc ft gil flavours main-ft main-ft-brc main-flavours test-main test venv image-deps bench bench-fast bench-torch bench-venv clean distclean checksums \
-	release bench-release image base-image image-torch image-torch-check torchrun-check clean-torch dist-tarball $(CHECKING) $(COMPARE) compare compare-main exhibit-h1 tsan tsan-stock asan asan-stock refleak stress stress-long parity reliability
+.PHONY: help $(ALL_FLAVOURS) flavours main-flavours test-main test venv image-deps bench bench-fast bench-torch bench-venv clean distclean checksums \
+	release bench-release image base-image image-torch image-torch-check torchrun-check clean-torch dist-tarball compare compare-main exhibit-h1 tsan tsan-stock asan asan-stock refleak stress stress-long parity reliability
 
 help: ## list the targets (plain `make` builds ft-brc)
 	@echo "make [TARGET] [JOBS=N SOURCE=PATH CACHE=DIR DIST=DIR PATCHES=DIR OPTIMIZE=1 OFFLINE=1]"
 	@echo "  (default target: ft-brc)"
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## (.*)/  \1\t\2/' | expand -t 22
+	@awk -F'\t' 'NR == FNR { if (!/^#/) fl = fl sprintf("  %s\tbuild dist/%s: %s\n", $$1, $$1, $$5); next } \
+		/^\$$\(ALL_FLAVOURS\):/ { printf "%s", fl; next } \
+		/^[a-z-]+:.*## / { n = $$0; sub(/:.*/, "", n); t = $$0; sub(/.*## /, "", t); print "  " n "\t" t }' \
+		<($(BUILD) --list) $(MAKEFILE_LIST) | expand -t 22
 
-ft-brc: ## build the patched free-threaded interpreter into dist/ft-brc (the default)
-	$(BUILD) $(BUILD_ARGS) ft-brc
-
-ft: ## build stock free-threaded CPython into dist/ft
-	$(BUILD) $(BUILD_ARGS) ft
-
-gil: ## build stock (GIL) CPython into dist/gil
-	$(BUILD) $(BUILD_ARGS) gil
+# make FLAVOUR: ./build.sh FLAVOUR, for each flavour of ./build.sh --list.
+$(ALL_FLAVOURS): ## build FLAVOUR into dist/FLAVOUR (make help lists them)
+	$(BUILD) $(BUILD_ARGS) $@
 
 flavours: ## build all three flavours: gil ft ft-brc
 	$(BUILD) $(BUILD_ARGS) $(FLAVOURS)
 
-main-ft: ## build stock free-threaded CPython main (pinned commit) into dist/main-ft
-	$(BUILD) $(BUILD_ARGS) main-ft
-
-main-ft-brc: ## build free-threaded CPython main + patches/main into dist/main-ft-brc
-	$(BUILD) $(BUILD_ARGS) main-ft-brc
-
 main-flavours: ## build both main flavours: main-ft main-ft-brc
 	$(BUILD) $(BUILD_ARGS) $(MAIN_FLAVOURS)
-
-ft-upstream: ## build stock free-threaded + the backport of upstream's fix into dist/ft-upstream (comparison only)
-	$(BUILD) $(BUILD_ARGS) ft-upstream
-
-main-ft-upstream: ## the same backport on CPython main into dist/main-ft-upstream
-	$(BUILD) $(BUILD_ARGS) main-ft-upstream
-
-ft-upstream-debug: ## ft-upstream with --with-pydebug into dist/ft-upstream-debug (make exhibit-h1)
-	$(BUILD) $(BUILD_ARGS) ft-upstream-debug
-
-ft-brc-debug: ## build ft-brc with --with-pydebug into dist/ft-brc-debug
-	$(BUILD) $(BUILD_ARGS) ft-brc-debug
-
-ft-brc-tsan: ## build ft-brc with ThreadSanitizer (clang, pydebug) into dist/ft-brc-tsan
-	$(BUILD) $(BUILD_ARGS) ft-brc-tsan
-
-ft-tsan: ## build stock free-threaded with ThreadSanitizer into dist/ft-tsan
-	$(BUILD) $(BUILD_ARGS) ft-tsan
-
-ft-brc-asan: ## build ft-brc with AddressSanitizer (clang, pydebug, MI_TRACK_ASAN) into dist/ft-brc-asan
-	$(BUILD) $(BUILD_ARGS) ft-brc-asan
-
-ft-asan: ## build stock free-threaded with AddressSanitizer into dist/ft-asan
-	$(BUILD) $(BUILD_ARGS) ft-asan
 
 checksums: ## recompute patches/<line>/checksums after changing the series
 	$(BUILD) $(BUILD_ARGS) --update-checksums
@@ -256,7 +226,7 @@ release: ## PGO + LTO ft-brc into dist/release, its tarball + uv list, its image
 	rel=$$cache/release; mkdir -p "$$rel" "$$cache/sources" "$$cache/downloads"; \
 	for d in sources downloads; do [ -L "$$rel/$$d" ] || ln -sn "$$cache/$$d" "$$rel/$$d"; done; \
 	$(BUILD) $(RELEASE_ARGS) --optimize --cache "$$rel" --dist '$(abspath $(RELEASE_DIST))' $(RELEASE_FLAVOURS); \
-	for f in $(filter ft-brc ft gil,$(RELEASE_FLAVOURS)); do \
+	for f in $(filter $(FLAVOURS),$(RELEASE_FLAVOURS)); do \
 	    image/dist-tarball.sh --dist '$(abspath $(RELEASE_DIST))' --out '$(abspath $(RELEASE_DIST))/tarballs' "$$f"; done; \
 	if $(if $(filter 1 yes true,$(RELEASE_IMAGE)),true,false) && [ -e '$(abspath $(RELEASE_DIST))/ft-brc' ]; then \
 	    $(IMAGE_ENV) CACHE="$$rel" PREBUILT=1 image/build.sh; fi

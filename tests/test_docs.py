@@ -4,8 +4,8 @@ Every `make` target they name is a target of the Makefile; every PYTHON_* and
 BRC_MERGE_* variable they name is used by the project's code (the Makefile,
 build.sh, the images, bench/, tests/ or the patches); every relative link or
 image resolves; README.md stays at most 300 lines; `make help` has one line
-per target and no issue numbers.  Reads files only: no build, no git, well
-under a second.
+per target and no issue numbers.  Reads files only (and, through conftest,
+`build.sh --list`): no build, no git, well under a second.
 """
 
 import os
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import FLAVOUR_GROUPS, ROOT
 
 README = ROOT / "README.md"
 DOCS = [README] + sorted((ROOT / "docs").glob("*.md"))
@@ -36,6 +36,8 @@ MAKE = re.compile(r"(?<![\w./$-])make"
                   r"[ \t]+([a-z][a-z0-9-]*)")
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 RULE = re.compile(r"^([^\s#:=][^:=\n]*?)[ \t]*:(?!=)", re.M)
+# The Makefile's flavour lists: `$(shell $(BUILD) --list GROUP...)`.
+LIST = re.compile(r"\$\(shell \$\(BUILD\) --list ([a-z ]+)\)")
 
 
 def code_of(text):
@@ -48,9 +50,11 @@ def code_of(text):
 
 def makefile_rules():
     """{target: its rule line} of the Makefile, $(VAR) target lists
-    expanded."""
+    expanded (the flavour lists as `build.sh --list` gave them to conftest)."""
     text = (ROOT / "Makefile").read_text()
-    lists = dict(re.findall(r"^([A-Z_]+)[ \t]*:?=[ \t]*(.*)$", text, re.M))
+    lists = {name: LIST.sub(lambda m: " ".join(f for g in m.group(1).split()
+                                              for f in FLAVOUR_GROUPS[g]), value)
+             for name, value in re.findall(r"^([A-Z_]+)[ \t]*:?=[ \t]*(.*)$", text, re.M)}
     rules = {}
     for m in RULE.finditer(text):
         line = text[m.start():text.index("\n", m.start())]
@@ -166,3 +170,4 @@ def test_the_checks_see_what_they_check():
         == "bench"
     assert MAKE.search("make image PREBUILT=1").group(2) == "image"
     assert {"test", "ft-brc", "compare"} <= set(makefile_rules())
+    assert set(makefile_rules()) >= {f for g in FLAVOUR_GROUPS.values() for f in g}
