@@ -25,18 +25,29 @@
 # sysconfig's build variables (LIBDIR, CONFIG_ARGS, ...) keep naming the build
 # prefix, as python-build-standalone's name theirs.
 #
-# Only gil, ft, ft-brc and main-ft-brc: never a checking flavour (debug,
-# sanitizers) or a comparison one (ft-upstream). Everything is written under
-# temporary names in OUT and renamed at the end; on any failure nothing is left.
+# Only the core flavours of build.sh --list (gil, ft, ft-brc) and main-ft-brc:
+# never a checking flavour (debug, sanitizers) or a comparison one (ft-upstream).
+# Everything is written under temporary names in OUT and renamed at the end; on
+# any failure nothing is left.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DIST=${BRC_MERGE_DIST:-$ROOT/dist}
 OUT=""
-SHIPPED=(gil ft ft-brc main-ft-brc)
+
+# The flavours, their groups and descriptions: build.sh's table. Shipped: the
+# core group and main-ft-brc (stock CPython main alone is not worth shipping).
+table=$("$ROOT/build.sh" --list) || { echo "dist-tarball: $ROOT/build.sh --list failed" >&2; exit 1; }
+declare -A GROUP=() DESC=()
+SHIPPED=()
+while IFS=$'\t' read -r name _ group _ desc _; do
+    [[ $name != '#'* ]] || continue
+    GROUP[$name]=$group DESC[$name]=$desc
+    [[ $group != core && $name != main-ft-brc ]] || SHIPPED+=("$name")
+done <<<"$table"
 
 usage() {
-    sed -n '2,25s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+    sed -n '2,26s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
     echo "flavours: ${SHIPPED[*]}; default OUT: DIST/tarballs"
 }
 die() {  # die RC LINE...: the first line prefixed, the others as they are
@@ -56,22 +67,23 @@ while [[ $# -gt 0 ]]; do
         *) args+=("$1"); shift ;;
     esac
 done
-[[ ${#args[@]} -eq 1 ]] || die 2 "name one flavour: ${SHIPPED[*]} (e.g. make dist-tarball FLAVOUR=ft-brc)"
+[[ ${#args[@]} -eq 1 && -n ${args[0]} ]] ||
+    die 2 "name one flavour: ${SHIPPED[*]} (e.g. make dist-tarball FLAVOUR=ft-brc)"
 f=${args[0]}
 OUT=${OUT:-$DIST/tarballs}
 
-case $f in
-    gil|ft|ft-brc|main-ft-brc) ;;
-    ft-brc-debug|ft-tsan|ft-brc-tsan|ft-asan|ft-brc-asan)
-        die 2 "$f is a checking flavour (pydebug/sanitizer build for make refleak/tsan/asan): never shipped" \
-            "  pack a release flavour instead: make dist-tarball FLAVOUR=ft-brc (or ft, gil)" ;;
-    ft-upstream|main-ft-upstream|ft-upstream-debug)
-        die 2 "$f is stock plus our backport of upstream's fix, for comparison only: never shipped" \
-            "  pack ft-brc (make dist-tarball FLAVOUR=ft-brc) or stock ft" ;;
-    main-ft)
-        die 2 "main-ft (stock CPython main) is not shipped; these are: ${SHIPPED[*]}" ;;
-    *) die 2 "unknown flavour '$f'; one of: ${SHIPPED[*]}" ;;
-esac
+if [[ " ${SHIPPED[*]} " != *" $f "* ]]; then
+    case ${GROUP[$f]:-} in
+        checking)
+            die 2 "$f is a checking flavour (pydebug/sanitizer build for make refleak/tsan/asan): never shipped" \
+                "  pack a release flavour instead: make dist-tarball FLAVOUR=ft-brc (or ft, gil)" ;;
+        compare)
+            die 2 "$f is stock plus our backport of upstream's fix, for comparison only: never shipped" \
+                "  pack ft-brc (make dist-tarball FLAVOUR=ft-brc) or stock ft" ;;
+        "") die 2 "unknown flavour '$f'; one of: ${SHIPPED[*]}" ;;
+        *) die 2 "$f is not shipped: it is ${DESC[$f]}; these are: ${SHIPPED[*]}" ;;
+    esac
+fi
 
 install=$DIST/$f
 if [[ ! -x $install/bin/python3 ]]; then
