@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FLAVOURS, ROOT, dist_python
+from conftest import COMPARE_FLAVOURS, EXTRA_FLAVOURS, FLAVOURS, MAIN_FLAVOURS, ROOT, dist_python
 
 pytestmark = pytest.mark.timeout(600)
 HANG_GUARD = 240
@@ -180,6 +180,70 @@ def test_no_flavour(sandbox):
 def test_bad_jobs(sandbox):
     p = sandbox.run("--jobs", "many", "gil")
     assert p.returncode == 2 and "positive integer" in p.stderr
+
+
+# The groups of build.sh's table as the Makefile, conftest, bench/ and image/ read them.
+GROUPS = {
+    "core": ("gil", "ft", "ft-brc"),
+    "main": ("main-ft", "main-ft-brc"),
+    "checking": ("ft-brc-debug", "ft-tsan", "ft-brc-tsan", "ft-asan", "ft-brc-asan"),
+    "compare": ("ft-upstream", "main-ft-upstream", "ft-upstream-debug"),
+}
+
+
+def test_list(sandbox):
+    """--list: a '#' line naming the columns, then one tab-separated row per
+    flavour (flavour line group gil description first); it needs no source,
+    patches or cache."""
+    p = sandbox.run("--list", BRC_MERGE_PATCHES=sandbox.tmp / "no-patches")
+    assert p.returncode == 0 and p.stderr == "", p.out
+    header, *rows = p.stdout.splitlines()
+    assert header.startswith("#")
+    assert header.lstrip("# ").split("\t")[:5] == ["flavour", "line", "group", "gil", "description"]
+    table = {r.split("\t")[0]: r.split("\t") for r in rows}
+    assert len(table) == len(rows) and sorted(table) == sorted(sum(GROUPS.values(), ()))
+    for name, (_, line, group, gil, desc, *_) in table.items():
+        assert (line, gil) == ("main" if name.startswith("main-") else "3.14", str(name == "gil")), name
+        assert group in GROUPS and desc, name
+    assert {g: tuple(f for f in table if table[f][2] == g) for g in GROUPS} == GROUPS
+    assert "ThreadSanitizer" in table["ft-brc-tsan"][4]
+    assert not sandbox.cache.exists()
+
+
+@pytest.mark.parametrize("group", GROUPS)
+def test_list_group(sandbox, group):
+    p = sandbox.run("--list", group)
+    assert p.returncode == 0, p.out
+    assert tuple(p.stdout.splitlines()) == GROUPS[group]
+
+
+def test_list_groups_in_table_order(sandbox):
+    p = sandbox.run("--list", "compare", "core")
+    assert p.returncode == 0, p.out
+    assert p.stdout.split() == ["gil", "ft", "ft-brc", "ft-upstream", "main-ft-upstream", "ft-upstream-debug"]
+
+
+def test_list_unknown_group(sandbox):
+    p = sandbox.run("--list", "core", "nosuch")
+    assert p.returncode == 2 and p.stdout == "", p.out
+    assert "unknown group 'nosuch'" in p.stderr and "core main checking compare" in p.stderr
+    assert "--list" in sandbox.run("--help").stdout
+
+
+def test_conftest_flavours_are_the_groups():
+    assert (FLAVOURS, MAIN_FLAVOURS, EXTRA_FLAVOURS, COMPARE_FLAVOURS) == tuple(GROUPS.values())
+
+
+def test_make_flavour_targets():
+    """One Makefile rule builds each flavour of the table; make help lists them."""
+    env = {k: v for k, v in clean_env().items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    make = ["make", "-n", "--no-print-directory", "-C", str(ROOT)]
+    for flavour in sum(GROUPS.values(), ()):
+        p = subprocess.run([*make, flavour], env=env, capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0 and re.fullmatch(rf"\./build\.sh\s+{flavour}\n", p.stdout), p.stdout + p.stderr
+    p = subprocess.run(make[:1] + make[2:] + ["help"], env=env, capture_output=True, text=True, timeout=60)
+    for flavour in sum(GROUPS.values(), ()):
+        assert re.search(rf"^  {flavour} +build dist/{flavour}: ", p.stdout, re.M), p.stdout
 
 
 # --------------------------------------------------------------------------- source
