@@ -4,7 +4,7 @@
 # Pass-through variables (empty = build.sh's own default / environment):
 #   JOBS=N  SOURCE=PATH  CACHE=DIR  DIST=DIR  PATCHES=DIR  PREFIX=DIR  OPTIMIZE=1  OFFLINE=1  QUIET=1
 #   HOST_PYTHON=python3 (creates .venv for the tests)  PYTEST_ARGS=...
-#   BENCH_ARGS=... (extra bench/run.py options, e.g. --groups M1,M2)  BENCH_TORCH=1
+#   BENCH_ARGS=... (extra bench/harness/run.py options, e.g. --groups M1,M2)  BENCH_TORCH=1
 #   TESTS="test_x ..." (tsan/asan/refleak/parity: other CPython tests)  STRESS_SECONDS=N (make stress)
 #   ASAN_STRESS_SECONDS=N (make asan: stress run length, default 60)
 #   FLAVOUR=ft-brc|ft|gil TARBALL_DIR=DIR (make dist-tarball, default dist/tarballs)
@@ -149,29 +149,29 @@ parity: venv ## the stdlib subset on ft and ft-brc: identical failure sets (~9 m
 
 reliability: tsan asan refleak stress parity ## tsan, asan, refleak, stress and parity, one after another
 
-# bench/requirements.txt (pyperf, matplotlib, pyperformance) on top of .venv.
+# bench/harness/requirements.txt (pyperf, matplotlib, pyperformance) on top of .venv.
 bench-venv: venv ## add the benchmarks' tools (pyperf, matplotlib, pyperformance) to .venv
-	@if [[ bench/requirements.txt -nt $(VENV)/.bench-requirements-stamp ]]; then \
+	@if [[ bench/harness/requirements.txt -nt $(VENV)/.bench-requirements-stamp ]]; then \
 		set -e; \
-		$(VENV)/bin/python -m pip install -q --disable-pip-version-check -r bench/requirements.txt; \
+		$(VENV)/bin/python -m pip install -q --disable-pip-version-check -r bench/harness/requirements.txt; \
 		touch $(VENV)/.bench-requirements-stamp; \
 	fi
 
 bench: flavours ft-upstream bench-venv ## full benchmarks (~21 min, incl. ~4.5 min of T2I instruction counts) -> bench/results/<timestamp>/report.md
-	$(DIST_ENV) $(VENV)/bin/python bench/run.py --mode full $(BENCH_ARGS)
+	$(DIST_ENV) $(VENV)/bin/python bench/harness/run.py --mode full $(BENCH_ARGS)
 
 # The same for CPython main (main-ft, main-ft-brc; no GIL build, so no gil
 # ratios): -> bench/results/<timestamp>/ with "line": "main" in info.json.
 bench-main: main-flavours main-ft-upstream bench-venv ## full benchmarks on main-ft / main-ft-upstream / main-ft-brc (no gil, no torch)
-	$(DIST_ENV) $(VENV)/bin/python bench/run.py --line main --mode full --groups M1,M2,T1,BURST,T2,CG $(BENCH_ARGS)
+	$(DIST_ENV) $(VENV)/bin/python bench/harness/run.py --line main --mode full --groups M1,M2,T1,BURST,T2,PEER,CG $(BENCH_ARGS)
 
 bench-fast: flavours bench-venv ## quick benchmarks (<= 3 min, CI) -> bench/results/fast/report.md
-	$(DIST_ENV) $(VENV)/bin/python bench/run.py --mode fast $(BENCH_ARGS)
+	$(DIST_ENV) $(VENV)/bin/python bench/harness/run.py --mode fast $(BENCH_ARGS)
 
 # = make bench BENCH_TORCH=1 BENCH_ARGS="--groups TORCH": installs torch + numpy
 # (about 5 GB per flavour venv, once) and runs only the torch group.
 bench-torch: flavours ft-upstream bench-venv ## torch DataLoader benchmarks only (~20 min; first installs torch, ~5 GB per venv, 3-4 min)
-	$(DIST_ENV) BENCH_TORCH=1 $(VENV)/bin/python bench/run.py --mode full --groups TORCH $(BENCH_ARGS)
+	$(DIST_ENV) BENCH_TORCH=1 $(VENV)/bin/python bench/harness/run.py --mode full --groups TORCH $(BENCH_ARGS)
 
 # The container image (Dockerfile; image/build.sh does the work, docs/image.md).
 IMAGE_ENV := OPTIMIZE='$(OPTIMIZE)' JOBS='$(JOBS)' SOURCE='$(SOURCE)' CACHE='$(CACHE)' \
@@ -201,7 +201,7 @@ image-torch-check: ## in the torch image: the repro frees everything, a DataLoad
 # the memory part installs torch into each flavour's bench venv (as bench-torch).
 torchrun-check: flavours ft-upstream bench-venv ## in the torch image: torchrun DDP on 1 node and on 2 nodes (loopback), then its memory per flavour (~15 min)
 	$(TORCH_ENV) image/build-torch.sh --torchrun-check
-	$(DIST_ENV) BENCH_TORCH=1 $(VENV)/bin/python bench/run.py --mode full --groups TORCH --torch-shapes ddp $(BENCH_ARGS)
+	$(DIST_ENV) BENCH_TORCH=1 $(VENV)/bin/python bench/harness/run.py --mode full --groups TORCH --torch-shapes ddp $(BENCH_ARGS)
 
 # The relocatable tarball (image/dist-tarball.sh; docs/building.md "The
 # relocatable tarball"): packs the built dist/FLAVOUR, never builds it.
@@ -232,7 +232,7 @@ release: ## PGO + LTO ft-brc into dist/release, its tarball + uv list, its image
 	    $(IMAGE_ENV) CACHE="$$rel" PREBUILT=1 image/build.sh; fi
 
 bench-release: flavours bench-venv ## pyperformance on PGO+LTO and quick ft-brc and ft (needs make release RELEASE_FLAVOURS="ft-brc ft") -> bench/results/pp-release-*/report.md
-	$(VENV)/bin/python bench/pp_release.py $(BENCH_ARGS)
+	$(VENV)/bin/python bench/harness/pp_release.py $(BENCH_ARGS)
 
 clean: ## remove the dist/ symlinks and .venv (keeps every cache)
 	@dist=$$($(BUILD) $(BUILD_ARGS) --print-config | sed -n 's/^BRC_MERGE_DIST=//p'); \

@@ -3,7 +3,7 @@
 # built FROM the ft-brc image that `make image` makes, from image/Dockerfile.torch.
 # `image/build-torch.sh --check` (`make image-torch-check`) runs
 # image/torch-check.py inside it; `--torchrun-check` (`make torchrun-check`)
-# runs bench/ddp_train.py under torchrun on one node and on two "nodes"
+# runs bench/workloads/ddp_train.py under torchrun on one node and on two "nodes"
 # (containers on the host network) and checks it with image/torchrun-verify.py.
 #
 #  1. engine: as image/build.sh (docker if its daemon answers, else podman with
@@ -65,7 +65,7 @@ if [[ ${1:-} == --check ]]; then
         "$TORCH_IMAGE" python3 /opt/brc-merge/torch-check.py
 fi
 # ------------------------------------------------------- --torchrun-check
-# bench/ddp_train.py under torchrun: 2 ranks on one node, then 2 "nodes" of
+# bench/workloads/ddp_train.py under torchrun: 2 ranks on one node, then 2 "nodes" of
 # 2 ranks each (two containers on the host network, c10d rendezvous on
 # loopback); image/torchrun-verify.py checks what the ranks wrote.
 if [[ ${1:-} == --torchrun-check ]]; then
@@ -80,7 +80,7 @@ if [[ ${1:-} == --torchrun-check ]]; then
     }
     trap cleanup EXIT
     job=(python3 -m torch.distributed.run --nproc-per-node 2)
-    train=(/opt/brc-merge/bench/ddp_train.py --epochs 3 --batches 8 --idle 2
+    train=(/opt/brc-merge/bench/workloads/ddp_train.py --epochs 3 --batches 8 --idle 2
            --height 240 --width 400)
     # --network host: the second "node" reaches the rendezvous on 127.0.0.1.
     # The two "nodes" share a host name, so they need distinct process ids

@@ -4,7 +4,7 @@
         -v $PWD/image/torch-check.py:/opt/brc-merge/torch-check.py:ro \
         brc-merge:3.14.7-ft-brc-torch python3 /opt/brc-merge/torch-check.py
 
-1. the public thread's repro (bench/bm_torch_dataloader.py --shape repro):
+1. the public thread's repro (bench/workloads/bm_torch_dataloader.py --shape repro):
    0 MiB of /dev/shm/torch_* still mapped in the job after the main process
    dropped every batch (and more than 0 while it held the last one, so that
    the measurement is known to see the mappings);
@@ -20,14 +20,15 @@ import os
 import subprocess
 import sys
 
-BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench")
+BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench",
+                     "workloads")
 SCRIPT = os.path.join(BENCH, "bm_torch_dataloader.py")
 MiB = 1 << 20
 
 
 def run(*args):
     cmd = [sys.executable, SCRIPT] + list(args)
-    print("$ " + " ".join(["python3", "bench/bm_torch_dataloader.py"]
+    print("$ " + " ".join(["python3", "bench/workloads/bm_torch_dataloader.py"]
                           + list(args)), flush=True)
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if p.returncode != 0:

@@ -1,4 +1,4 @@
-"""Checks what bench/ddp_train.py's ranks wrote (`make torchrun-check`):
+"""Checks what bench/workloads/ddp_train.py's ranks wrote (`make torchrun-check`):
 
     python3 image/torchrun-verify.py DIR WORLD_SIZE [--label TEXT]
 

@@ -2,7 +2,7 @@
 passes a complete job and fails each way a job can fall short (a rank
 missing, a wrong world size, a loss that did not fall, a worker that merged
 nothing on behalf, a build without sys._brc_stats).  torch is never needed:
-the rank files are written here as bench/ddp_train.py writes them."""
+the rank files are written here as bench/workloads/ddp_train.py writes them."""
 
 import json
 import subprocess

@@ -8,9 +8,9 @@ pattern (time.process_time(), as in bm_t1_handoff), and reports the median
 CPU time per round trip (or round) of its blocks; the ratio of the two
 medians is the pair's. Start-up and imports are outside the timing. The
 result is the median of the per-pair ratios, with the interquartile range.
-bench/run.py runs it against ft and against ft-upstream (--against).
+bench/harness/run.py runs it against ft and against ft-upstream (--against).
 
-    .venv/bin/python bench/t1_vs_ft.py [--workload pingpong|clear]
+    .venv/bin/python bench/harness/t1_vs_ft.py [--workload pingpong|clear]
         [--pairs P] [--blocks B] [--block N]
         [--python dist/ft-brc/bin/python3] [--against dist/ft/bin/python3]
 """
@@ -18,34 +18,22 @@ bench/run.py runs it against ft and against ft-upstream (--against).
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent
-ROOT = BENCH.parent
-sys.path.insert(0, str(BENCH))
-import _util as u  # noqa: E402
+from stats import median_iqr
 
-
-def worker(workload, blocks, block):
-    import gc
-    import bm_t1_handoff as t1
-    gc.disable()
-    run, n = t1.timed_block(workload, block, time.process_time)
-    run()                                       # warm up
-    per = [run() / n for _ in range(blocks)]
-    print(json.dumps({"per_unit_s": statistics.median(per)}))
+ROOT = Path(__file__).resolve().parent.parent.parent
+HANDOFF = ROOT / "bench" / "workloads" / "bm_t1_handoff.py"
 
 
 def run_worker(python, workload, blocks, block):
+    """One process: bm_t1_handoff.py's median CPU time per unit."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("PYTHON")}      # the knobs at their defaults
     proc = subprocess.run(
-        [python, __file__, "--worker", "--workload", workload,
-         "--blocks", str(blocks), "--block", str(block)],
+        [python, str(HANDOFF), "--blocks", workload, str(blocks), str(block)],
         env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         sys.exit("t1_vs_ft.py: %s failed (exit %d):\n%s"
@@ -66,12 +54,8 @@ def main():
     ap.add_argument("--python", default=str(ROOT / "dist/ft-brc/bin/python3"))
     ap.add_argument("--against", default=str(ROOT / "dist/ft/bin/python3"))
     ap.add_argument("--json", metavar="FILE")
-    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     block = args.block or (40 if args.workload == "clear" else 300)
-    if args.worker:
-        worker(args.workload, args.blocks, block)
-        return
     for py in (args.python, args.against):
         if not os.access(py, os.X_OK):
             sys.exit("t1_vs_ft.py: %s is not an interpreter; build it first "
@@ -84,7 +68,7 @@ def main():
         got = {py: run_worker(py, args.workload, args.blocks, block)
                for py in order}
         ratios.append(got[args.python] / got[args.against])
-    med, lo, hi = u.median_iqr(ratios)
+    med, lo, hi = median_iqr(ratios)
     print("t1 %s CPU, %s / %s, %d pairs of processes (%d blocks of %d "
           "each): median %.4f, IQR [%.4f-%.4f]"
           % (args.workload, Path(args.python).parent.parent.name,

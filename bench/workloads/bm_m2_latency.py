@@ -28,13 +28,11 @@ import argparse
 import gc
 import os
 import select
-import sys
 import threading
 import time
 import weakref
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _util as u  # noqa: E402
+import _util as u
 
 
 class Payload:

@@ -10,7 +10,7 @@ reports per benchmark and as a geometric mean:
 A ratio is the median over rounds of the per-round ratio of the means, so
 each ratio compares runs made side by side in one invocation.
 
-    .venv/bin/python bench/pp_release.py [--rounds 2] [--out DIR]
+    .venv/bin/python bench/harness/pp_release.py [--rounds 2] [--out DIR]
         [--python NAME=PATH ...] [-b nbody,richards,...]
 
 Defaults: ft-brc and ft from dist/release (make release
@@ -25,8 +25,8 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-# The PP group's six (bench/run.py) and seven more.
+ROOT = Path(__file__).resolve().parent.parent.parent
+# The PP group's six (manifest.py) and seven more.
 BENCHMARKS = ["nbody", "richards", "float", "deltablue", "generators", "json_dumps",
               "go", "chaos", "raytrace", "spectral_norm", "unpack_sequence", "fannkuch",
               "hexiom"]

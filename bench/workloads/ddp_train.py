@@ -1,6 +1,6 @@
 """One rank of a distributed training job, started by torchrun (issue 27):
 
-    torchrun --standalone --nproc-per-node 2 bench/ddp_train.py --out DIR
+    torchrun --standalone --nproc-per-node 2 bench/workloads/ddp_train.py --out DIR
 
 A DistributedDataParallel model (gloo, CPU) trained over the multi-camera
 dataset of _torchjob.py (6 x 3 x H x W float32 per sample plus numpy
@@ -19,12 +19,10 @@ import argparse
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _torchjob as tj  # noqa: E402
+import _torchjob as tj
 
 
 def parse():

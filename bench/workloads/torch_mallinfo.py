@@ -26,8 +26,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import _torchjob as tj  # noqa: E402
+import _torchjob as tj
 
 MiB = 1 << 20
 FIELDS = ("arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks "

@@ -41,13 +41,11 @@ import argparse
 import gc
 import json
 import os
-import sys
 import threading
 import time
 import weakref
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _util as u  # noqa: E402
+import _util as u
 
 clock = time.perf_counter
 
@@ -230,7 +228,7 @@ def fmt_ms(sec):
 
 
 def describe(rec):
-    """A short summary (bench/run.py logs the first 110 characters)."""
+    """A short summary (bench/harness/run.py logs the first 110 characters)."""
     if rec["variant"] == "mid":
         text = "mid: released at %.0f%%, next bytecode %s" % (
             100 * rec["released_at_fraction"], fmt_ms(rec["next_bytecode_s"]))

@@ -19,7 +19,7 @@ CPU time of all threads (time.process_time()) -- as separate benchmarks:
 
 The knob is read from the environment: run with
 PYTHON_BRC_MERGE_THRESHOLD=N and --inherit-environ=PYTHON_BRC_MERGE_THRESHOLD
-(bench/run.py does) so that pyperf's worker processes see it.  GC is
+(bench/harness/run.py does) so that pyperf's worker processes see it.  GC is
 disabled in the workers: a collection merges all queues at random points.
 
 Also usable without pyperf for a fixed, tiny workload (callgrind):
@@ -29,14 +29,13 @@ Also usable without pyperf for a fixed, tiny workload (callgrind):
 
 import gc
 import json
-import os
+import statistics
 import queue
 import sys
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _util as u  # noqa: E402
+import _util as u
 
 PINGPONG = 100      # round trips per loop (values are per round trip)
 BURST = 16          # objects sent each way per round trip
@@ -148,7 +147,7 @@ def clear(loops, clock):
 
 
 def timed_block(workload, n, clock):
-    """For bench/t1_paired.py and t1_vs_ft.py: (block, units), where
+    """For t1_paired.py and blocks(): (block, units), where
     block() times one block of the workload with clock and units is what
     it ran: n ping-pong round trips, or n clear rounds rounded to whole
     loops of CLEAR_ROUNDS."""
@@ -182,9 +181,22 @@ def fixed(n):
     print(json.dumps({"brc_stats": u.brc_stats()}))
 
 
+def blocks(workload, count, size):
+    """For the harness's t1_vs_ft.py: the median CPU time per unit of
+    `count` timed blocks after a warm-up, as one JSON line."""
+    gc.disable()
+    run, n = timed_block(workload, size, time.process_time)
+    run()
+    per = [run() / n for _ in range(count)]
+    print(json.dumps({"per_unit_s": statistics.median(per)}))
+
+
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == "--fixed":
         fixed(int(sys.argv[2]))
+        return
+    if len(sys.argv) == 5 and sys.argv[1] == "--blocks":
+        blocks(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
         return
     import pyperf
 

@@ -265,7 +265,7 @@ def train_step(batch, key, step_s, weight):
 
 
 def jobmem_sampler(out, interval):
-    """Start bench/_jobmem.py on this process tree (it excludes itself)."""
+    """Start bench/workloads/_jobmem.py on this process tree (it excludes itself)."""
     import subprocess
     here = os.path.dirname(os.path.abspath(__file__))
     return subprocess.Popen([sys.executable, "-I",

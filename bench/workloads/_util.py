@@ -1,4 +1,4 @@
-"""Helpers shared by the bench/bm_*.py scripts.
+"""Helpers shared by the bench/workloads/bm_*.py scripts.
 
 These scripts run under the interpreter being measured (dist/<flavour>, in
 its bench/.venvs/<flavour> venv with pyperf installed); keep this module
@@ -114,7 +114,7 @@ def interpreter_metadata():
     if flavour:
         md["bench_config"] = flavour
     if os.environ.get("BENCH_ROUND"):
-        # bench/run.py's round number: per-round ratios pair runs by it
+        # bench/harness/run.py's round number: per-round ratios pair runs by it
         md["bench_round"] = int(os.environ["BENCH_ROUND"])
     return md
 

@@ -1,6 +1,6 @@
 """Real DataLoader memory: torch.utils.data.DataLoader with worker processes.
 
-Only run by `make bench-torch` / `make bench BENCH_TORCH=1` (bench/run.py
+Only run by `make bench-torch` / `make bench BENCH_TORCH=1` (bench/harness/run.py
 installs torch and numpy into the flavour's bench venv first; several GB).
 The datasets and probes are in _torchjob.py.
 
@@ -63,9 +63,8 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _jobmem  # noqa: E402
-import _torchjob as tj  # noqa: E402
+import _jobmem
+import _torchjob as tj
 
 MiB = 1 << 20
 # torch.utils.data._utils.MP_STATUS_CHECK_INTERVAL: an idle worker's

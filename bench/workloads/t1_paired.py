@@ -8,7 +8,7 @@ reports for each configuration the median of its per-round CPU-time ratio
 to threshold 0: the same binary, heap and moment on both sides of each
 ratio.
 
-    dist/ft-brc/bin/python3 bench/t1_paired.py [--round-trips N] [--pairs P]
+    dist/ft-brc/bin/python3 bench/workloads/t1_paired.py [--round-trips N] [--pairs P]
         [--config THRESHOLD ...] [--json FILE]
         [--workload clear]
 
@@ -17,20 +17,18 @@ another threshold; each round then runs every configuration once.
 --workload clear times T1's other pattern instead: blocks of
 --round-trips/8 loops of 8 rounds, each dropping 2 x 5000 objects owned by
 threads blocked on a Barrier.
-make bench runs it after T1's rounds (bench/run.py, report.py's T1 goals).
+make bench runs it after T1's rounds (bench/harness/run.py, the report's T1 goals).
 """
 
 import argparse
 import gc
 import json
-import os
 import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _util as u  # noqa: E402
-import bm_t1_handoff as t1  # noqa: E402
+import _util as u
+import bm_t1_handoff as t1
 
 COUNTERS = ("merged_on_behalf", "suspensions")
 

@@ -1,4 +1,4 @@
-"""Run a pyperformance benchmark script for the T2I group (bench/run.py):
+"""Run a pyperformance benchmark script for the T2I group (bench/harness/run.py):
 
     BENCH_T2I_LAYOUT=k:xxxx python _t2i_worker.py \
         .../bm_float/run_benchmark.py --worker --loops 1 ...

@@ -10,15 +10,11 @@ must match ft within noise here.  Small stand-ins for pyperformance (which
   t2_alloc        allocate and drop short-lived objects and lists
   t2_recursion    recursive fib (calls, frames, small ints)
 
-Each call takes ~10-30 ms, so bench/run.py runs them with --loops 1 (no
+Each call takes ~10-30 ms, so bench/harness/run.py runs them with --loops 1 (no
 calibration, same work in every configuration).
 """
 
-import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _util as u  # noqa: E402
+import _util as u
 
 
 def nbody(steps=1500):

@@ -41,7 +41,7 @@ GC is disabled in the producer (as in tests/scenarios): a collection merges
 every BRC queue, at times that depend on unrelated allocations.
 
 One invocation = one producer run = one pyperf run per metric, appended to
--o FILE; bench/run.py interleaves invocations across flavours.
+-o FILE; bench/harness/run.py interleaves invocations across flavours.
 
     python bm_m1_memory.py -o OUT.json [--steps N] [--timeline FILE]
 """
@@ -51,11 +51,9 @@ import gc
 import mmap
 import multiprocessing
 import os
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _util as u  # noqa: E402
+import _util as u
 
 registry = {}          # task_id -> [Storage]; the producer-side registry
 PRODUCER_PID = os.getpid()

@@ -1,0 +1,90 @@
+"""Turn a results dir of bench/harness/run.py into compare_to tables, plots
+and report.md (`python bench/harness/run.py --report-only DIR`).  Runs in the
+host venv (pyperf, matplotlib).  One module a section, each with
+section(ctx) -> lines; common.py holds what they share."""
+
+import json
+
+from results import Results
+
+from . import burst, memory, peer, single, t1, torchjob
+from .common import GOAL_T2I, Context, load_suites, table
+from .single import t2i_per_loop
+
+__all__ = ["write_report", "t2i_per_loop", "GOAL_T2I"]
+
+SECTIONS = [memory, t1, burst, peer, single, torchjob]
+
+
+def machine_rows(info):
+    mach = info.get("machine", {})
+    rows = [["machine", "%s cores, %s, %s RAM" % (
+                mach.get("nproc"), mach.get("cpu"), mach.get("memory"))],
+            ["kernel", mach.get("kernel")],
+            ["commit", "%s%s" % (mach.get("commit"),
+                                 " (patches/ or bench/ modified)"
+                                 if mach.get("dirty") else "")],
+            ["patch series sha256", "`%s` (%s)" % (
+                str(mach.get("series_sha256", ""))[:16],
+                ", ".join("%s %s" % (k[:4], v)
+                          for k, v in mach.get("patches", {}).items()))]]
+    if mach.get("compare_patches"):
+        rows.append(["ft-upstream's backport", ", ".join(
+            "%s %s" % kv for kv in mach["compare_patches"].items())])
+    for f, d in mach.get("flavours", {}).items():
+        rows.append([f, "%s; configure `%s`; build key %s" % (
+            d.get("version"), d.get("configure"), d.get("build_key_sha256"))])
+    if info.get("knob_check"):
+        rows.append(["threshold in force", ", ".join(
+            "%s: %s" % kv for kv in info["knob_check"].items())])
+    if info.get("group_seconds"):
+        rows.append(["time per group", ", ".join(
+            "%s %ss" % kv for kv in info["group_seconds"].items())])
+    for key, what in (("warning", "WARNING"), ("note", "note")):
+        if info.get(key):
+            rows.append([what, info[key]])
+    return rows
+
+
+def write_report(results):
+    results = Results(results)
+    info = (json.loads(results.info.read_text()) if results.info.exists()
+            else {})
+    ctx = Context(results.path, info, load_suites(results.path))
+    head = [
+        "# brc-merge benchmarks (%s)" % info.get("mode", "?"), "",
+        "Started %s, took %s s. Results: `%s` (pyperf JSON per "
+        "configuration)." % (info.get("started", "?"),
+                             info.get("elapsed_s", "?"), results.path.name),
+        ""] + table(["", ""], machine_rows(info)) + [
+        "Ratios are per-round ratios of medians (every round runs all "
+        "configurations back to back, in rotated order), given as median "
+        "[min-max] over rounds. Values are median +- standard deviation over "
+        "all values. The machine is noisy (a shared VM whose speed was seen "
+        "to change by up to 2x between and even within processes), so trust "
+        "compare_to's significance and the ranges more than single numbers.",
+        "",
+        "*ft-upstream* is stock ft plus `patches/%s/compare/`, the backport "
+        "of the fix shipped upstream for gh-157838 (in 3.14.10): a thread "
+        "that queues an object to a detached owner suspends it, merges its "
+        "whole queue and frees the objects inside that Py_DECREF. It has no "
+        "`sys._brc_stats()` and no knobs; it runs wherever stock ft runs with "
+        "threads, and is skipped when not built." % info.get("line", "3.14"),
+        ""]
+    body = []
+    for section in SECTIONS:
+        body += section.section(ctx)
+    other = {k: v for k, v in info.get("skipped", {}).items()
+             if not k.startswith("TORCH")}
+    if other:
+        body += ["## Skipped", ""]
+        body += ["- %s: %s" % kv for kv in other.items()] + [""]
+    goals = [[goal, measured, "see table" if ok is None
+              else "met" if ok else "NOT met"]
+             for goal, measured, ok in ctx.goals]
+    goals = goals or [["(no goal could be evaluated)", "", ""]]
+    text = "\n".join(head + ["## Goals", ""]
+                     + table(["goal", "measured", "verdict"], goals) + body)
+    results.report.write_text(text + "\n")
+    print(text)
+    return text

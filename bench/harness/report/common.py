@@ -1,0 +1,229 @@
+"""What every section of the report shares: goals, orders, labels, loading
+pyperf suites, ratios over rounds, formatting, and the one table helper."""
+
+import statistics
+import subprocess
+import sys
+
+import pyperf
+
+from results import Results
+from stats import median_iqr as _median_iqr
+
+MiB = 1 << 20
+T1_ORDER = ["ft-brc-t0", "ft-brc", "ft-brc-t2", "ft-brc-t10",
+            "ft-brc-t100", "ft", "ft-upstream", "gil"]
+# ft-upstream: stock ft + the backport of upstream's fix
+FLAVOUR_ORDER = ["gil", "ft", "ft-upstream", "ft-brc"]
+BURST_ORDER = FLAVOUR_ORDER + ["ft-brc-t0"]
+# what ft-brc is put beside in the goal rows
+STOCK = ["ft", "ft-upstream"]
+M1_ORDER = FLAVOUR_ORDER
+M2_ORDER = FLAVOUR_ORDER
+LABEL = {"ft-brc": "ft-brc (default, =1)", "ft-brc-t0": "ft-brc t=0 (off)",
+         "ft-brc-t2": "ft-brc t=2", "ft-brc-t10": "ft-brc t=10",
+         "ft-brc-t100": "ft-brc t=100"}
+T1_BENCHES = ["t1_pingpong_cpu", "t1_pingpong_wall", "t1_clear_cpu",
+              "t1_clear_wall"]
+T2_BENCHES = ["t2_nbody", "t2_dict_str", "t2_alloc", "t2_recursion"]
+
+# Goals from the issue
+GOAL_M1 = 1.05      # ft-brc RSS <= 1.05 x gil
+GOAL_M2 = 1e-3      # ft-brc p99 free latency <= 1 ms
+GOAL_T1 = 1.10      # ft-brc default CPU time <= 1.10 x threshold 0 (and ft)
+GOAL_T1_UPSTREAM = 1.0   # ... and <= 1.0 x ft-upstream (issue 25)
+
+
+def t1_goal(stock):
+    return GOAL_T1_UPSTREAM if stock.endswith("ft-upstream") else GOAL_T1
+GOAL_TORCH = 1.05   # ft-brc steady job memory <= 1.05 x gil
+GOAL_T2I = 1.005    # single-threaded instructions ft-brc (and t=0) <= x ft
+GOAL_BURST_SUSPENSIONS = 10     # ft-brc frees a blocked owner's burst in
+GOAL_BURST_LATENCY = 2e-3       # ... and lets it run within 2 ms of waking
+TORCH_SHAPES = ["current", "cam4", "cam8", "cam4-stack", "ddp"]
+TORCH_REPROS = ["repro", "repro-stack"]
+TORCH_REPRO_CONFIGS = ["gil", "ft", "ft-upstream", "ft-brc", "ft-brc-t0"]
+
+
+def label(config):
+    return LABEL.get(config, config)
+
+
+def stock_name(config):
+    """ft as "stock ft" in the goal rows; ft-upstream as it is."""
+    return "stock ft" if config == "ft" else config
+
+
+def beside(text):
+    """"; ft X; ft-upstream Y": text(config) of the configurations a goal
+    row puts ft-brc beside."""
+    return "".join("; %s %s" % (c, text(c)) for c in STOCK)
+
+
+# --------------------------------------------------------------------------
+# data access
+
+def load_suites(results):
+    suites = {}
+    for config, f in Results(results).suites().items():
+        try:
+            suites[config] = pyperf.BenchmarkSuite.load(str(f))
+        except Exception as exc:        # a half-written file: report it
+            print("report: cannot load %s: %s" % (f, exc), file=sys.stderr)
+    return suites
+
+
+def get_bench(suites, config, name):
+    suite = suites.get(config)
+    if suite is None:
+        return None
+    try:
+        return suite.get_benchmark(name)
+    except KeyError:
+        return None
+
+
+def values_by_round(bench):
+    """{round: [values]} using the bench_round metadata run.py sets."""
+    out = {}
+    for run in bench.get_runs():
+        if not run.values:
+            continue
+        r = int(run.get_metadata().get("bench_round", 0))
+        out.setdefault(r, []).extend(run.values)     # already per loop
+    return out
+
+
+def all_values(bench):
+    return list(bench.get_values())
+
+
+def pct(values, p):
+    """The p-th percentile, interpolated as pyperf's Benchmark.percentile()."""
+    if len(values) < 2:
+        return values[0] if values else float("nan")
+    return statistics.quantiles(values, n=100, method="inclusive")[p - 1]
+
+
+def summary(values):
+    return {
+        "n": len(values),
+        "median": statistics.median(values),
+        "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+        "min": min(values),
+        "max": max(values),
+    }
+
+
+def round_ratios(bench, ref):
+    """Per-round ratio of medians bench/ref over the rounds both have."""
+    a = values_by_round(bench)
+    b = values_by_round(ref)
+    return [statistics.median(a[r]) / statistics.median(b[r])
+            for r in sorted(set(a) & set(b))]
+
+
+def above_baseline_ratios(suites, config, name):
+    """Per-round ratio of (metric - baseline RSS) to gil's, i.e. with the
+    interpreters' different baselines taken out."""
+    b = get_bench(suites, config, name)
+    base = get_bench(suites, config, "m1_baseline_rss")
+    gb = get_bench(suites, "gil", name)
+    gbase = get_bench(suites, "gil", "m1_baseline_rss")
+    if None in (b, base, gb, gbase):
+        return []
+    v, vb = values_by_round(b), values_by_round(base)
+    g, gbb = values_by_round(gb), values_by_round(gbase)
+    out = []
+    for r in sorted(set(v) & set(vb) & set(g) & set(gbb)):
+        num = statistics.median(v[r]) - statistics.median(vb[r])
+        den = statistics.median(g[r]) - statistics.median(gbb[r])
+        if den > 0:
+            out.append(num / den)
+    return out
+
+
+def median_iqr(ratios):
+    """Median and interquartile range of paired ratios (t1_paired.py,
+    t1_vs_ft.py), and the goal row's text for them."""
+    med, lo, hi = _median_iqr(ratios)
+    return med, lo, hi, "%.4fx [IQR %.4f-%.4f], %d pairs" % (
+        med, lo, hi, len(ratios))
+
+
+def fmt_ratio(ratios):
+    if not ratios:
+        return "n/a"
+    med = statistics.median(ratios)
+    if len(ratios) == 1:
+        return "%.3fx" % med
+    return "%.3fx [%.3f-%.3f]" % (med, min(ratios), max(ratios))
+
+
+def fmt_time(sec):
+    if sec >= 1:
+        return "%.2f s" % sec
+    if sec >= 1e-3:
+        return "%.2f ms" % (sec * 1e3)
+    return "%.1f us" % (sec * 1e6)
+
+
+def fmt_value(bench, v):
+    unit = bench.get_unit()
+    if unit == "byte":
+        return "%.1f MiB" % (v / MiB)
+    if unit == "second":
+        return fmt_time(v)
+    return "%g" % v
+
+
+def fmt_summary(bench):
+    s = summary(all_values(bench))
+    return "%s +- %s (n=%d)" % (fmt_value(bench, s["median"]),
+                                fmt_value(bench, s["std"]), s["n"])
+
+
+# --------------------------------------------------------------------------
+# compare_to
+
+def compare_to(results, ref, others, names, suites):
+    files = [c for c in [ref] + others if c in suites]
+    names = [n for n in names
+             if all(get_bench(suites, c, n) is not None for c in files)]
+    if len(files) < 2 or not names:
+        return None
+    cmd = [sys.executable, "-m", "pyperf", "compare_to", "--table"]
+    for n in names:
+        cmd += ["-b", n]
+    cmd += [str(Results(results).suite(c)) for c in files]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    return (" ".join(["pyperf compare_to --table"] +
+                     ["-b " + n for n in names] +
+                     [Results(results).suite(c).name for c in files])
+            + "\n" + (p.stdout + p.stderr).rstrip())
+
+
+
+def table(header, rows):
+    """A Markdown table: the header cells, then one list of cells a row."""
+    out = ["| %s |" % " | ".join(header), "|%s" % ("---|" * len(header))]
+    out += ["| %s |" % " | ".join(str(c) for c in row) for row in rows]
+    return out + [""]
+
+
+class Context:
+    """What a section writer gets: the results, the run's info and suites,
+    and the goal rows it adds to (goal, measured, met: True/False/None)."""
+
+    def __init__(self, results, info, suites):
+        self.results = Results(results)
+        self.path = self.results.path
+        self.info = info
+        self.suites = suites
+        self.goals = []
+
+    def goal(self, text, measured, met):
+        self.goals.append((text, measured, met))
+
+    def bench(self, config, name):
+        return get_bench(self.suites, config, name)

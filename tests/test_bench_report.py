@@ -1,0 +1,123 @@
+"""The benchmark report's structure: its sections, goal rows and flavours,
+never its numbers.
+
+By default a smoke run of every quick group (bench/harness/run.py --mode
+smoke: one round, the least work, about two minutes) writes the report
+checked here; with BRC_MERGE_BENCH_REPORT=FILE the test checks that report
+instead (.ci/run passes `make bench-fast`'s), so that the quick report keeps
+the same groups and goal rows from one change of bench/ to the next.
+"""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, dist_python
+
+pytestmark = pytest.mark.timeout(900)
+
+SECTIONS = [
+    "## Goals",
+    "## M1: DataLoader-like producer memory",
+    "## M2: free latency with a blocked owner",
+    "## T1: hand-off cost",
+    "## BURST: a million objects of a blocked owner dropped at once",
+    "## PEER: CPython's ftscalingbench and the detach path",
+    "## T2: single-threaded workloads (no cost elsewhere)",
+    "## Real DataLoader (torch)",
+]
+# Goal rows with every number as N; STOCK rows once per stock flavour built.
+GOALS = [
+    "MN peak RSS ft-brc / gil <= N",
+    "MN steady RSS ft-brc / gil <= N",
+    "MN steady RSS above the interpreter's baseline, ft-brc / gil <= N",
+    "MN free latency pN ft-brc <= N ms",
+    "TN tN_pingpong_cpu: default threshold CPU / threshold N <= N",
+    "TN tN_pingpong_cpu: default threshold CPU / {stock} <= N",
+    "TN tN_clear_cpu: default threshold CPU / threshold N <= N",
+    "TN tN_clear_cpu: default threshold CPU / {stock} <= N",
+    "TN ping-pong paired in one process: threshold N CPU / threshold N <= N",
+    "TN clear paired in one process: threshold N CPU / threshold N <= N",
+    "TN ping-pong against stock ft, alternating processes: ft-brc CPU / ft "
+    "<= N",
+    "TN clear against stock ft, alternating processes: ft-brc CPU / ft <= N",
+    "BURST: ft-brc frees a blocked owner's burst while it stays blocked, in "
+    "<= N suspensions (every round; {beside} beside)",
+    "BURST: an owner released in the middle of the burst runs its next "
+    "bytecode within N ms (ft-brc, max over rounds; {beside} beside)",
+    "PEER ftscalingbench: no workload >= Nx ft on ft-brc (N and N threads, "
+    "median of per-round ratios)",
+    "PEER ftscalingbench: each workload's spread over rounds < N %",
+    "PEER detach path detach_sleepN: ft-brc time / ft <= N",
+    "PEER detach path detach_read: ft-brc time / ft <= N",
+    "PEER detach path detach_lock: ft-brc time / ft <= N",
+    "TN ft-brc / ft, single-threaded (within noise{fast})",
+]
+STOCK_NAMES = {"ft": "stock ft", "ft-upstream": "ft-upstream"}
+
+
+def built(flavours):
+    return [f for f in flavours if dist_python(f)]
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    given = os.environ.get("BRC_MERGE_BENCH_REPORT")
+    if given:
+        return open(given).read()
+    if len(built(["gil", "ft", "ft-brc"])) < 3:
+        pytest.skip("needs gil, ft and ft-brc built (make flavours)")
+    out = tmp_path_factory.mktemp("bench") / "smoke"
+    p = subprocess.run(
+        [sys.executable, str(ROOT / "bench/harness/run.py"), "--mode", "smoke",
+         "--ignore-builds", "--results", str(out)],
+        capture_output=True, text=True, timeout=840)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    return (out / "report.md").read_text()
+
+
+def goal_rows(text):
+    goals = text.split("## Goals", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1].strip() for line in goals.splitlines()
+            if line.startswith("| ") and not line.startswith("| goal ")]
+    return [re.sub(r"\d+(\.\d+)?", "N", row) for row in rows]
+
+
+def expected_goals(text):
+    stock = built(["ft", "ft-upstream"])
+    fast = "; few rounds in fast mode" if "benchmarks (fast)" in text else ""
+    out = []
+    for g in GOALS:
+        if "{stock}" in g:
+            out += [g.format(stock=STOCK_NAMES[s]) for s in stock]
+        else:
+            out.append(g.format(beside=", ".join(stock), fast=fast))
+    return out
+
+
+def test_sections_in_order(report):
+    at = [report.find("\n" + s) for s in SECTIONS]
+    assert -1 not in at, [s for s, i in zip(SECTIONS, at) if i == -1]
+    assert at == sorted(at), "sections out of order"
+
+
+def test_goal_rows(report):
+    assert goal_rows(report) == expected_goals(report)
+
+
+def test_every_built_flavour_in_the_tables(report):
+    for section, flavours in (("## M1", ["gil", "ft", "ft-upstream",
+                                          "ft-brc (default, =1)"]),
+                              ("## T1", ["gil", "ft", "ft-upstream",
+                                         "ft-brc (default, =1)",
+                                         "ft-brc t=0 (off)"]),
+                              ("## PEER", ["ft", "ft-upstream / ft",
+                                           "ft-brc / ft"])):
+        text = report.split("\n" + section, 1)[1].split("\n## ", 1)[0]
+        for f in flavours:
+            if built([f.split(" ")[0]]):
+                assert re.search(r"\| %s \|" % re.escape(f), text), (section,
+                                                                    f)
