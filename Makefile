@@ -165,7 +165,7 @@ bench: flavours ft-upstream bench-venv ## full benchmarks (~21 min, incl. ~4.5 m
 bench-main: main-flavours main-ft-upstream bench-venv ## full benchmarks on main-ft / main-ft-upstream / main-ft-brc (no gil, no torch)
 	$(DIST_ENV) $(VENV)/bin/python bench/harness/run.py --line main --mode full --groups M1,M2,T1,BURST,T2,PEER,CG $(BENCH_ARGS)
 
-bench-fast: flavours bench-venv ## quick benchmarks (<= 3 min, CI) -> bench/results/fast/report.md
+bench-fast: flavours bench-venv ## quick benchmarks (about 5 min, CI) -> bench/results/fast/report.md
 	$(DIST_ENV) $(VENV)/bin/python bench/harness/run.py --mode fast $(BENCH_ARGS)
 
 # = make bench BENCH_TORCH=1 BENCH_ARGS="--groups TORCH": installs torch + numpy

@@ -97,18 +97,24 @@ TORCH_PLAN = [
     ("ddp", ["--shape", "ddp"], ["gil", "ft", "ft-upstream", "ft-brc"]),
 ]
 
-# Per-mode settings.  fast: <= 4 minutes on 2 cores with warm venvs.
+
+def group_args(steps, samples, timeout, pyperf, t2=None):
+    """Each rounds group's arguments: M1's steps, M2's samples, BURST's
+    timeout (stock ft keeps the burst until then every round), and the
+    pyperf Runner's for T1, PEER and T2."""
+    return {"M1": ["--steps", str(steps)], "M2": ["--samples", str(samples)],
+            "BURST": ["--timeout", str(timeout)], "T1": pyperf,
+            "PEER": pyperf, "T2": t2 or pyperf}
+
+
+QUICK = ["M1", "M2", "T1", "BURST", "T2", "PEER"]
+# Per-mode settings.  fast: about 5 minutes on 2 cores with warm venvs.
 MODES = {
     "fast": {
-        "groups": ["M1", "M2", "T1", "BURST", "T2", "PEER"],
+        "groups": QUICK,
         "rounds": {"M1": 3, "M2": 3, "T1": 3, "BURST": 3, "T2": 4,
                    "PEER": 2},
-        "args": {"M1": ["--steps", "8"], "M2": ["--samples", "30"],
-                 # stock ft keeps the burst until the timeout every round
-                 "BURST": ["--timeout", "1"],
-                 "T1": ["-p", "1", "-n", "3", "-w", "1"],
-                 "T2": ["-p", "1", "-n", "3", "-w", "1"],
-                 "PEER": ["-p", "1", "-n", "3", "-w", "1"]},
+        "args": group_args(8, 30, 1, ["-p", "1", "-n", "3", "-w", "1"]),
         "t1_paired_pairs": 60,
         "t1_vs_ft_pairs": 10,
         # against ft only (ft-upstream's ~45 s would take fast mode past
@@ -119,33 +125,12 @@ MODES = {
         "ftscaling_scale": 100,
         "detach_calls": 50000,
     },
-    # smoke: every quick group once with the least work, for the test of
-    # the report's structure (tests/test_bench_report.py); numbers are
-    # meaningless.
-    "smoke": {
-        "groups": ["M1", "M2", "T1", "BURST", "T2", "PEER"],
-        "rounds": {},
-        "args": {"M1": ["--steps", "2"], "M2": ["--samples", "5"],
-                 "BURST": ["--timeout", "1"],
-                 "T1": ["-p", "1", "-n", "1", "-w", "0"],
-                 "T2": ["-p", "1", "-n", "1", "-w", "0"],
-                 "PEER": ["-p", "1", "-n", "1", "-w", "0"]},
-        "t1_paired_pairs": 2,
-        "t1_vs_ft_pairs": 1,
-        "t1_vs": ["ft"],
-        "ftscaling_scale": 5,
-        "detach_calls": 2000,
-    },
     "full": {
-        "groups": ["M1", "M2", "T1", "BURST", "T2", "PEER", "CG", "T2I",
-                   "PP", "TORCH"],
+        "groups": QUICK + ["CG", "T2I", "PP", "TORCH"],
         "rounds": {"M1": 6, "M2": 4, "T1": 5, "BURST": 5, "T2": 3,
                    "PEER": 7, "TORCH": 3},
-        "args": {"M1": ["--steps", "20"], "M2": ["--samples", "60"],
-                 "BURST": ["--timeout", "10"],
-                 "T1": ["-p", "2", "-n", "5", "-w", "1"],
-                 "T2": ["-p", "4", "-n", "4", "-w", "1"],
-                 "PEER": ["-p", "2", "-n", "5", "-w", "1"]},
+        "args": group_args(20, 60, 10, ["-p", "2", "-n", "5", "-w", "1"],
+                           t2=["-p", "4", "-n", "4", "-w", "1"]),
         # T1 ping-pong and clear paired in one ft-brc process each, after
         # T1's rounds (~30 s and ~50 s for 300 pairs here) ...
         "t1_paired_pairs": 300,
@@ -192,3 +177,11 @@ def use_line(line, flavours):
     for name, g in list(GROUPS.items()):
         GROUPS[name] = Group(**{**g.__dict__, "configs": tuple(
             c for c in g.configs if c in CONFIGS)})
+
+# smoke: every quick group once with the least work, for the test of the
+# report's structure (tests/test_bench_report.py); numbers are meaningless.
+MODES["smoke"] = dict(
+    MODES["fast"], rounds={},
+    args=group_args(2, 5, 1, ["-p", "1", "-n", "1", "-w", "0"]),
+    t1_paired_pairs=2, t1_vs_ft_pairs=1, ftscaling_scale=5,
+    detach_calls=2000)

@@ -15,6 +15,7 @@ groups run after them, each through runners.run_<runner>().
 
     bench/harness/run.py --mode fast|full [--results DIR] [--groups M1,...]
     bench/harness/run.py --report-only DIR     # redo tables, plots, report
+    bench/harness/run.py --dry-run ...         # the plan; nothing runs
 """
 
 import argparse
@@ -160,6 +161,32 @@ class Bench:
                 self.timed(g.name, getattr(runners, "run_" + g.runner), self)
 
 
+def dry_run(args, groups):
+    """Print what a run would do: per group its configurations (those
+    built), rounds and the first round's commands; nothing is run."""
+    b = Bench(args.mode, results_dir(args), groups, args.rounds)
+    b.pythons = {f: env.VENVS / f / "bin" / "python" for f in manifest.FLAVOURS
+                 if env.dist_python(f)}
+    print("results: %s" % b.res.path)
+    for f in manifest.FLAVOURS:
+        if f not in b.pythons:
+            print("not built, skipped: %s" % f)
+    for name in [g for g in manifest.GROUPS if g in groups]:
+        g = manifest.GROUPS[name]
+        configs = b.available(g.configs)
+        print("%s (%s): %s; %d round(s); runner %s%s" % (
+            name, g.what, ", ".join(configs) or "nothing built",
+            b.rounds(name), g.runner, ", then " + g.then if g.then else ""))
+        if g.runner == "rounds" or name == "PEER":
+            for config in configs:
+                print("    " + " ".join(b.script_cmd(name, config)))
+        if name == "TORCH":
+            for shape, extra, cs in manifest.TORCH_PLAN:
+                for config in b.available(cs):
+                    print("    " + " ".join(b.script_cmd(name, config,
+                                                         extra)))
+
+
 def results_dir(args):
     if args.results:
         return args.results.resolve()
@@ -209,6 +236,9 @@ def parse_args():
                     help="TORCH: also run the job shapes with ft-brc-t0 "
                          "(merging on behalf off in the same binary: "
                          "stock behaviour), a third more time")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="print the plan (groups, configurations, rounds, "
+                         "commands) and run nothing")
     ap.add_argument("--report-only", type=Path, metavar="DIR",
                     help="only redo compare_to tables, plots and report.md")
     args = ap.parse_args()
@@ -228,6 +258,8 @@ def main():
         return
     manifest.use_line(args.line, env.flavours(args.line))
     groups = args.group_list
+    if args.dry_run:
+        return dry_run(args, groups)
     results = results_dir(args)
     if results.exists():
         shutil.rmtree(results)

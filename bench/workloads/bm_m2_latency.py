@@ -28,6 +28,7 @@ import argparse
 import gc
 import os
 import select
+import statistics
 import threading
 import time
 import weakref
@@ -122,11 +123,10 @@ def measure(samples, timeout):
 
 
 def percentile(values, p):
-    s = sorted(values)
-    k = (len(s) - 1) * p / 100.0
-    lo = int(k)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+    """Interpolated as pyperf's Benchmark.percentile() does."""
+    if len(values) < 2:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[p - 1]
 
 
 def main():
