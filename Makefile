@@ -95,7 +95,7 @@ venv: ## create/refresh .venv (host python3 + tests/requirements.txt)
 image-deps: ## as root, install the image tests' tools (podman runc debootstrap)
 	image/deps.sh --soft
 
-test: flavours main-flavours venv image-deps ## build the 3.14 and main flavours, then run pytest tests/ (incl. 60-s stress runs)
+test: flavours main-flavours venv bench-venv image-deps ## build the 3.14 and main flavours, then run pytest tests/ (incl. 60-s stress runs)
 	$(DIST_ENV) $(VENV)/bin/pytest tests/ $(PYTEST_ARGS)
 
 # The main line alone: its CPython tests, the scenario matrix and the stress run.

@@ -65,7 +65,7 @@ GROUPS = {g.name: g for g in [
     Group("PEER", "CPython's ftscalingbench and the detach path",
           ("ft", "ft-upstream", "ft-brc"), "bm_detach.py", runner="peer"),
     Group("CG", "callgrind of a tiny T1 workload", T1_CONFIGS[:-1],
-          "bm_t1_handoff.py", runner="callgrind", load_free=True),
+          "bm_t1_handoff.py", runner="callgrind"),
     Group("T2I", "T2 in instructions (cachegrind, pyperformance)",
           ("ft", "ft-brc", "ft-brc-t0"), "_t2i_worker.py", runner="t2i",
           load_free=True),
@@ -184,4 +184,4 @@ MODES["smoke"] = dict(
     MODES["fast"], rounds={},
     args=group_args(2, 5, 1, ["-p", "1", "-n", "1", "-w", "0"]),
     t1_paired_pairs=2, t1_vs_ft_pairs=1, ftscaling_scale=5,
-    detach_calls=2000)
+    detach_calls=0)     # no cachegrind

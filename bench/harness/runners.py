@@ -465,8 +465,12 @@ def ftscaling(bench, config, script, threads, scale):
         ["--parallel-only", "-t", str(threads)]
     cmd = [str(bench.pythons[manifest.CONFIGS[config][0]]), str(script),
            "--scale", str(scale)] + how
-    p = subprocess.run(cmd, env=bench.env_for(config, 0), capture_output=True,
-                       text=True, timeout=900)
+    try:
+        p = subprocess.run(cmd, env=bench.env_for(config, 0),
+                           capture_output=True, text=True, timeout=900)
+    except subprocess.TimeoutExpired:
+        raise SystemExit("PEER: ftscalingbench timed out after 900 s for %s"
+                         % config)
     times = {m[1]: float(m[2]) for m in FTSCALING_LINE.finditer(p.stdout)}
     if p.returncode != 0 or not times:
         raise SystemExit("PEER: ftscalingbench failed for %s:\n%s%s"
@@ -478,10 +482,10 @@ def detach_instructions(bench, configs):
     """{config: {workload: instructions per call}} of bm_detach.py --fixed,
     counted as T2I counts: (I(N calls) - I(0 calls)) / N, the same
     workload's setup in both."""
-    valgrind = find_valgrind(bench, "PEER/instructions")
+    n = bench.cfg["detach_calls"]
+    valgrind = n and find_valgrind(bench, "PEER/instructions")
     if not valgrind:
         return {}
-    n = bench.cfg["detach_calls"]
     tool = [valgrind, "--tool=cachegrind", "--cache-sim=no",
             "--cachegrind-out-file=/dev/null"]
     jobs = []
@@ -509,7 +513,7 @@ def run_peer(bench):
     call under cachegrind), on ft, ft-upstream and ft-brc, the order
     rotated every round.  -> peer.json and the configurations' suites."""
     configs = bench.available(manifest.GROUPS["PEER"].configs)
-    if "ft" not in configs or len(configs) < 2:
+    if "ft" not in configs or "ft-brc" not in configs:
         bench.skipped["PEER"] = "needs ft and ft-brc built"
         return
     scripts = {c: ftscaling_script(manifest.CONFIGS[c][0]) for c in configs}

@@ -19,9 +19,9 @@ KNOB = "PYTHON_BRC_MERGE_THRESHOLD"
 
 
 def median_iqr(ratios):
-    """Median, first and third quartile of paired ratios (t1_paired.py,
-    t1_vs_ft.py, report.py): the quartiles are the values a quarter from
-    each end of the sorted list."""
+    """Median, first and third quartile of paired ratios (t1_paired.py; the
+    harness's stats.py computes them alike): the quartiles are the values a
+    quarter from each end of the sorted list."""
     r = sorted(ratios)
     q = len(r) // 4
     return statistics.median(r), r[q], r[-q - 1]

@@ -65,23 +65,30 @@ def ftscaling(ctx, d):
                      rows)
         worst.update({(threads, n): m
                       for n, m in medians["ft-brc"].items()})
-    if worst:
-        over = sorted((m, t, n) for (t, n), m in worst.items()
-                      if m >= GOAL_FTSCALING)
-        top = max(worst.items(), key=lambda kv: kv[1])
-        ctx.goal("PEER ftscalingbench: no workload >= %.2fx ft on ft-brc "
-                 "(1 and 2 threads, median of per-round ratios)"
-                 % GOAL_FTSCALING,
-                 "%d of %d at or above; highest %s on %s thread(s) %.3fx"
-                 % (len(over), len(worst), top[0][1], top[0][0], top[1]),
-                 not over)
-    if spreads:
-        big = [s for s in spreads if s >= GOAL_SPREAD]
-        ctx.goal("PEER ftscalingbench: each workload's spread over rounds "
-                 "< %d %%" % (100 * GOAL_SPREAD),
-                 "%d of %d measurements at or above; largest %.1f %%"
-                 % (len(big), len(spreads), 100 * max(spreads)), not big)
+    goals(ctx, worst, spreads, d.get("rounds", 0))
     return out
+
+
+def goals(ctx, worst, spreads, rounds):
+    """The two ftscalingbench goal rows, "not measured" without data."""
+    text = ("PEER ftscalingbench: no workload >= %.2fx ft on ft-brc (1 and 2 "
+            "threads, median of per-round ratios)" % GOAL_FTSCALING)
+    if worst:
+        over = [m for m in worst.values() if m >= GOAL_FTSCALING]
+        top = max(worst.items(), key=lambda kv: kv[1])
+        ctx.goal(text, "%d of %d at or above; highest %s on %s thread(s) "
+                 "%.3fx" % (len(over), len(worst), top[0][1], top[0][0],
+                            top[1]), not over)
+    else:
+        ctx.goal(text, "not measured (see Skipped)", None)
+    text = ("PEER ftscalingbench: each workload's spread over rounds < %d %%"
+            % (100 * GOAL_SPREAD))
+    if spreads and rounds > 1:
+        big = [s for s in spreads if s >= GOAL_SPREAD]
+        ctx.goal(text, "%d of %d measurements at or above; largest %.1f %%"
+                 % (len(big), len(spreads), 100 * max(spreads)), not big)
+    else:
+        ctx.goal(text, "not measured (fewer than 2 rounds)", None)
 
 
 def detach(ctx, d):
@@ -126,6 +133,8 @@ def section(ctx):
     if not f.exists():
         return out + ["*not run*", ""]
     d = json.loads(f.read_text())
-    if d.get("ftscaling", {}).get("ft"):
+    if d.get("ftscaling", {}).get("ft") and d["ftscaling"].get("ft-brc"):
         out += ftscaling(ctx, d)
+    else:
+        goals(ctx, {}, [], 0)
     return out + detach(ctx, d)
