@@ -21,10 +21,9 @@ import statistics
 import sys
 from pathlib import Path
 
-from report.common import (FLAVOUR_ORDER, M1_ORDER, M2_ORDER, MiB,
-                           T1_BENCHES, T1_ORDER, T2_BENCHES, TORCH_SHAPES,
-                           all_values, get_bench, label, load_suites, pct,
-                           round_ratios)
+from suites import (FLAVOUR_ORDER, M1_ORDER, M2_ORDER, MiB, T1_BENCHES,
+                    T1_ORDER, T2_BENCHES, TORCH_SHAPES, all_values, get_bench,
+                    label, load_suites, pct, round_ratios)
 from results import Results
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,8 +7,9 @@ import json
 
 from results import Results
 
+from suites import load_suites
 from . import burst, memory, peer, single, t1, torchjob
-from .common import GOAL_T2I, Context, load_suites, table
+from .common import Context, GOAL_T2I, table
 from .single import t2i_per_loop
 
 __all__ = ["write_report", "t2i_per_loop", "GOAL_T2I"]

@@ -4,8 +4,9 @@ once."""
 import json
 import statistics
 
-from .common import (BURST_ORDER, GOAL_BURST_LATENCY, GOAL_BURST_SUSPENSIONS,
-                     STOCK, beside, fmt_time, label, table)
+from suites import BURST_ORDER, label
+from .common import (GOAL_BURST_LATENCY, GOAL_BURST_SUSPENSIONS, STOCK,
+                     beside, fmt_time, table)
 
 
 def burst_records(results):

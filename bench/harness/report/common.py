@@ -5,27 +5,12 @@ import statistics
 import subprocess
 import sys
 
-import pyperf
-
 from results import Results
 from stats import median_iqr as _median_iqr
+from suites import MiB, all_values, get_bench, summary, values_by_round
 
-MiB = 1 << 20
-T1_ORDER = ["ft-brc-t0", "ft-brc", "ft-brc-t2", "ft-brc-t10",
-            "ft-brc-t100", "ft", "ft-upstream", "gil"]
-# ft-upstream: stock ft + the backport of upstream's fix
-FLAVOUR_ORDER = ["gil", "ft", "ft-upstream", "ft-brc"]
-BURST_ORDER = FLAVOUR_ORDER + ["ft-brc-t0"]
 # what ft-brc is put beside in the goal rows
 STOCK = ["ft", "ft-upstream"]
-M1_ORDER = FLAVOUR_ORDER
-M2_ORDER = FLAVOUR_ORDER
-LABEL = {"ft-brc": "ft-brc (default, =1)", "ft-brc-t0": "ft-brc t=0 (off)",
-         "ft-brc-t2": "ft-brc t=2", "ft-brc-t10": "ft-brc t=10",
-         "ft-brc-t100": "ft-brc t=100"}
-T1_BENCHES = ["t1_pingpong_cpu", "t1_pingpong_wall", "t1_clear_cpu",
-              "t1_clear_wall"]
-T2_BENCHES = ["t2_nbody", "t2_dict_str", "t2_alloc", "t2_recursion"]
 
 # Goals from the issue
 GOAL_M1 = 1.05      # ft-brc RSS <= 1.05 x gil
@@ -40,13 +25,6 @@ GOAL_TORCH = 1.05   # ft-brc steady job memory <= 1.05 x gil
 GOAL_T2I = 1.005    # single-threaded instructions ft-brc (and t=0) <= x ft
 GOAL_BURST_SUSPENSIONS = 10     # ft-brc frees a blocked owner's burst in
 GOAL_BURST_LATENCY = 2e-3       # ... and lets it run within 2 ms of waking
-TORCH_SHAPES = ["current", "cam4", "cam8", "cam4-stack", "ddp"]
-TORCH_REPROS = ["repro", "repro-stack"]
-TORCH_REPRO_CONFIGS = ["gil", "ft", "ft-upstream", "ft-brc", "ft-brc-t0"]
-
-
-def label(config):
-    return LABEL.get(config, config)
 
 
 def stock_name(config):
@@ -62,65 +40,6 @@ def beside(text):
 
 # --------------------------------------------------------------------------
 # data access
-
-def load_suites(results):
-    suites = {}
-    for config, f in Results(results).suites().items():
-        try:
-            suites[config] = pyperf.BenchmarkSuite.load(str(f))
-        except Exception as exc:        # a half-written file: report it
-            print("report: cannot load %s: %s" % (f, exc), file=sys.stderr)
-    return suites
-
-
-def get_bench(suites, config, name):
-    suite = suites.get(config)
-    if suite is None:
-        return None
-    try:
-        return suite.get_benchmark(name)
-    except KeyError:
-        return None
-
-
-def values_by_round(bench):
-    """{round: [values]} using the bench_round metadata run.py sets."""
-    out = {}
-    for run in bench.get_runs():
-        if not run.values:
-            continue
-        r = int(run.get_metadata().get("bench_round", 0))
-        out.setdefault(r, []).extend(run.values)     # already per loop
-    return out
-
-
-def all_values(bench):
-    return list(bench.get_values())
-
-
-def pct(values, p):
-    """The p-th percentile, interpolated as pyperf's Benchmark.percentile()."""
-    if len(values) < 2:
-        return values[0] if values else float("nan")
-    return statistics.quantiles(values, n=100, method="inclusive")[p - 1]
-
-
-def summary(values):
-    return {
-        "n": len(values),
-        "median": statistics.median(values),
-        "std": statistics.stdev(values) if len(values) > 1 else 0.0,
-        "min": min(values),
-        "max": max(values),
-    }
-
-
-def round_ratios(bench, ref):
-    """Per-round ratio of medians bench/ref over the rounds both have."""
-    a = values_by_round(bench)
-    b = values_by_round(ref)
-    return [statistics.median(a[r]) / statistics.median(b[r])
-            for r in sorted(set(a) & set(b))]
 
 
 def above_baseline_ratios(suites, config, name):
@@ -201,7 +120,6 @@ def compare_to(results, ref, others, names, suites):
                      ["-b " + n for n in names] +
                      [Results(results).suite(c).name for c in files])
             + "\n" + (p.stdout + p.stderr).rstrip())
-
 
 
 def table(header, rows):

@@ -6,10 +6,10 @@ import statistics
 
 import plots
 
-from .common import (GOAL_M1, GOAL_M2, M1_ORDER, M2_ORDER, MiB,
-                     above_baseline_ratios, all_values, compare_to,
-                     fmt_ratio, fmt_summary, fmt_time, label, pct,
-                     round_ratios, table, values_by_round)
+from suites import (M1_ORDER, M2_ORDER, MiB, all_values, label, pct,
+                    round_ratios, values_by_round)
+from .common import (GOAL_M1, GOAL_M2, above_baseline_ratios, compare_to,
+                     fmt_ratio, fmt_summary, fmt_time, table)
 
 M1_METRICS = [("m1_peak_rss", "peak"), ("m1_steady_rss", "steady"),
               ("m1_rest_rss", "rest")]

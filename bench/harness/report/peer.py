@@ -5,7 +5,8 @@ import json
 import statistics
 
 from stats import spread
-from .common import fmt_ratio, fmt_time, round_ratios, table
+from suites import round_ratios
+from .common import fmt_ratio, fmt_time, table
 
 GOAL_FTSCALING = 1.03   # no ftscalingbench workload >= 1.03 x ft on ft-brc
 GOAL_DETACH = 1.05      # the detach path <= 1.05 x ft in time

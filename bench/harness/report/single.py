@@ -10,8 +10,8 @@ import pyperf
 
 import plots
 
-from .common import (GOAL_T2I, T2_BENCHES, compare_to, fmt_ratio,
-                     fmt_summary, label, round_ratios, table)
+from suites import T2_BENCHES, label, round_ratios
+from .common import GOAL_T2I, compare_to, fmt_ratio, fmt_summary, table
 
 T2_HEADER = ["benchmark", "ft", "ft-brc / ft", "gil / ft"]
 

@@ -4,9 +4,9 @@ ft-upstream and gil; the paired and against-stock runs; callgrind."""
 import json
 import statistics
 
-from .common import (GOAL_T1, STOCK, T1_BENCHES, T1_ORDER, compare_to,
-                     fmt_ratio, fmt_summary, label, median_iqr,
-                     round_ratios, stock_name, t1_goal, table)
+from suites import T1_BENCHES, T1_ORDER, label, round_ratios
+from .common import (GOAL_T1, STOCK, compare_to, fmt_ratio, fmt_summary,
+                     median_iqr, stock_name, t1_goal, table)
 
 WORKLOADS = [("pingpong", "ping-pong", "round trips"),
              ("clear", "clear", "rounds")]

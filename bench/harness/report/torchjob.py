@@ -6,9 +6,10 @@ import statistics
 import plots
 from plots import torch_timelines
 
-from .common import (FLAVOUR_ORDER, GOAL_TORCH, MiB, STOCK, TORCH_REPROS,
-                     TORCH_REPRO_CONFIGS, TORCH_SHAPES, all_values, beside,
-                     fmt_ratio, label, round_ratios, table, values_by_round)
+from suites import (FLAVOUR_ORDER, MiB, TORCH_REPROS, TORCH_REPRO_CONFIGS,
+                    TORCH_SHAPES, all_values, label, round_ratios,
+                    values_by_round)
+from .common import GOAL_TORCH, STOCK, beside, fmt_ratio, table
 
 
 def fmt_mib_range(values):
