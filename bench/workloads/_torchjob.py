@@ -25,6 +25,8 @@ import threading
 import time
 import weakref
 
+from _util import brc_stats
+
 MiB = 1 << 20
 
 # ---------------------------------------------------------------- datasets
@@ -143,11 +145,6 @@ def traced_stack_collate(samples):
 
 
 COLLATES = {"default": traced_collate, "stack": traced_stack_collate}
-
-
-def brc_stats():
-    fn = getattr(sys, "_brc_stats", None)
-    return dict(fn()) if fn is not None else None
 
 
 def worker_init(worker_id):
