@@ -139,6 +139,9 @@ MODES = {
         "t1_vs_ft_pairs": 40,
         "t1_vs": ["ft", "ft-upstream"],
         "ftscaling_scale": 500,
+        # ... and counted in instructions per unit of --scale: the whole
+        # suite at scale S and 2S (12 cachegrind runs, ~3 minutes)
+        "ftscaling_count_scale": 20,
         "detach_calls": 200000,
         "callgrind_n": 100,
         "callgrind_reps": 2,

@@ -478,6 +478,39 @@ def ftscaling(bench, config, script, threads, scale):
     return times
 
 
+def ftscaling_instructions(bench, scripts):
+    """{config: {threads: instructions per unit of --scale}} of the whole
+    ftscalingbench under cachegrind, (I(2S) - I(S)) / S, on 1 and on 2
+    threads (valgrind runs one thread at a time: extra work shows,
+    cache-line contention does not).  Timing on this VM moves a workload
+    by tens of per cent; a count does not.  One process counts every
+    workload: a process a workload would take 20 times as long (start-up
+    under valgrind is ~10 s)."""
+    scale = bench.cfg.get("ftscaling_count_scale")
+    valgrind = scale and find_valgrind(bench, "PEER/instructions")
+    if not valgrind:
+        return {}
+    tool = [valgrind, "--tool=cachegrind", "--cache-sim=no",
+            "--cachegrind-out-file=/dev/null", "--fair-sched=yes"]
+    jobs = []
+    for config, script in scripts.items():
+        py = str(bench.pythons[manifest.CONFIGS[config][0]])
+        for threads in (1, 2):
+            how = ["--baseline-only"] if threads == 1 else \
+                ["--parallel-only", "-t", "2"]
+            for s in (scale, 2 * scale):
+                cmd = tool + [py, str(script), "--scale", str(s)] + how
+                jobs.append(((config, threads, s), cmd,
+                             bench.env_for(config, 0)))
+    counts = {}
+    for key, rc, out, err, sec in two_at_a_time(jobs):
+        counts[key] = cachegrind_count(rc, out, err, "PEER %s" % (key,))
+        log("PEER  %-12s %d thread(s) --scale %d: %d instructions %5.1fs"
+            % (key + (counts[key], sec)))
+    return {c: {str(t): (counts[c, t, 2 * scale] - counts[c, t, scale])
+                / scale for t in (1, 2)} for c in scripts}
+
+
 def detach_instructions(bench, configs):
     """{config: {workload: instructions per call}} of bm_detach.py --fixed,
     counted as T2I counts: (I(N calls) - I(0 calls)) / N, the same
@@ -539,6 +572,9 @@ def run_peer(bench):
                 "threads" % (r, config, time.monotonic() - t, scale))
             bench.run_script("PEER", config, r)
     peer["instructions"] = detach_instructions(bench, configs)
+    peer["ftscaling_instructions"] = ftscaling_instructions(
+        bench, {c: s for c, s in scripts.items() if s})
+    peer["ftscaling_count_scale"] = bench.cfg.get("ftscaling_count_scale")
     peer["detach_calls"] = bench.cfg["detach_calls"]
     peer["rounds"] = bench.rounds("PEER")
     bench.res.peer.write_text(json.dumps(peer, indent=1))

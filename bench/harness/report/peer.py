@@ -64,10 +64,33 @@ def ftscaling(ctx, d):
                 ""]
         out += table(["workload", "ft"] + ["%s / ft" % c for c in OTHERS],
                      rows)
+        out += counted(ctx, d, threads)
         worst.update({(threads, n): m
                       for n, m in medians["ft-brc"].items()})
     goals(ctx, worst, spreads, d.get("rounds", 0))
     return out
+
+
+def counted(ctx, d, threads):
+    """The whole suite in instructions per unit of --scale, and its goal."""
+    counts = {c: v[threads] for c, v in
+              d.get("ftscaling_instructions", {}).items()}
+    if "ft" not in counts:
+        return []
+    ref = counts["ft"]
+    cells = ["%s %.2f M%s" % (c, n / 1e6, "" if c == "ft" else
+                              " (%.4fx)" % (n / ref))
+             for c, n in counts.items()]
+    if "ft-brc" in counts:
+        r = counts["ft-brc"] / ref
+        ctx.goal("PEER ftscalingbench in instructions, whole suite on %s "
+                 "thread%s: ft-brc / ft <= %.2f"
+                 % (threads, "" if threads == "1" else "s", GOAL_FTSCALING),
+                 "%.4fx" % r, r <= GOAL_FTSCALING)
+    return ["Counted under cachegrind (every workload in one process, "
+            "(I(--scale %d) - I(--scale %d)) / %d, per unit of scale): %s."
+            % (2 * d["ftscaling_count_scale"], d["ftscaling_count_scale"],
+               d["ftscaling_count_scale"], "; ".join(cells)), ""]
 
 
 def goals(ctx, worst, spreads, rounds):
