@@ -27,6 +27,8 @@ import sys
 import threading
 import time
 
+import _util as u
+
 THREADS = 2
 CALLS = 20000
 
@@ -117,6 +119,7 @@ def main():
     import pyperf
 
     runner = pyperf.Runner()
+    runner.metadata.update(u.interpreter_metadata())    # the round, for ratios
     runner.metadata["threads"] = THREADS
     runner.metadata["calls_per_thread"] = CALLS
     for name, (func, setup) in WORKLOADS.items():
