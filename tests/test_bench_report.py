@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, dist_python
+from conftest import ROOT, dist_dir
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -60,7 +60,9 @@ STOCK_NAMES = {"ft": "stock ft", "ft-upstream": "ft-upstream"}
 
 
 def built(flavours):
-    return [f for f in flavours if dist_python(f)]
+    """Those of the flavours that are built (dist_python() would skip)."""
+    return [f for f in flavours
+            if os.access(dist_dir() / f / "bin" / "python3", os.X_OK)]
 
 
 @pytest.fixture(scope="module")
