@@ -2,6 +2,7 @@
 running, clean environments, the per-flavour bench venvs, machine facts.
 Runs in the host venv."""
 
+import functools
 import hashlib
 import os
 import subprocess
@@ -190,12 +191,17 @@ def flavours(line):
             and r["group"] in ("core", "main", "compare")]
 
 
-def source_tree(flavour):
-    """The flavour's own patched source tree, which build.sh keeps in its
-    cache (BRC_MERGE_CACHE), or None."""
+@functools.lru_cache(maxsize=None)
+def build_cache():
+    """build.sh's cache directory (BRC_MERGE_CACHE or its default)."""
     out = subprocess.run([str(ROOT / "build.sh"), "--print-config"],
                          capture_output=True, text=True).stdout
-    cache = dict(line.split("=", 1) for line in out.splitlines()
-                 if "=" in line).get("BRC_MERGE_CACHE")
-    src = Path(cache or "/nonexistent") / "build" / flavour / "src"
+    return dict(line.split("=", 1) for line in out.splitlines()
+                if "=" in line).get("BRC_MERGE_CACHE")
+
+
+def source_tree(flavour):
+    """The flavour's own patched source tree, which build.sh keeps in its
+    cache, or None."""
+    src = Path(build_cache() or "/nonexistent") / "build" / flavour / "src"
     return src if src.is_dir() else None
