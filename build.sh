@@ -928,7 +928,9 @@ stage_patch() {  # stage_patch FLAVOUR
     rm -rf -- "$b/staging"
     mkdir -p "$b"
     echo "copying $SOURCE_TREE -> $b/staging"
-    cp -a -- "$SOURCE_TREE" "$b/staging"
+    # realpath: a tree that is a symlink would be copied as the link, and
+    # the series applied to the tree itself
+    cp -a -- "$(realpath -- "$SOURCE_TREE")" "$b/staging"
     rm -f "$b/staging/.brc-merge-unpacked"
     if [[ ${FLAVOUR_PATCHED[$f]} == 1 ]]; then
         apply_series "$b/staging"

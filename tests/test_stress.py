@@ -12,7 +12,9 @@ drops, pauses, forks, exits, asyncio Tasks and subinterpreters, one process
 per part, each with a deadline; a failure names its seed and the command
 that replays it.  On a patched flavour (sys._brc_stats()) the threshold-1
 run must also free a blocked owner's objects dropped during pauses
-(--expect-prompt); stock ft and ft-upstream are held only to what they have.
+(--expect-prompt); stock ft and ft-upstream are held only to what they have:
+finalizers they lose to a re-entered merge (RecursionError; 0010 fixes it)
+are reported with their count, not judged.
 
 Environment:
   BRC_MERGE_STRESS_SECONDS   duration of the run (default 60)
@@ -146,7 +148,9 @@ def _mix_summary(r):
     for run in r["runs"]:
         lines.append("%-8s seed %-10s threshold %-4s %6.1f s  %s%s" % (
             run["kind"], run["seed"], run["threshold"], run["seconds"],
-            "ok" if run["ok"] else "FAILED %s\n    replay: %s" % (run["failures"], run["replay"]),
+            ("ok" if not run.get("known_defects") else
+             "not judged, a known stock/upstream defect: %s" % run["known_defects"])
+            if run["ok"] else "FAILED %s\n    replay: %s" % (run["failures"], run["replay"]),
             "" if run["ok"] else "\n" + run.get("stderr_tail", "")[-3000:]))
     return "\n".join(lines)
 
@@ -175,6 +179,12 @@ def test_mix(flavour):
         pytest.fail("no JSON result\n" + _report(cmd, p.returncode, p.stdout, p.stderr))
     report = _mix_summary(r)
     assert r["ok"] and p.returncode == 0, report
+    # the re-entered merge's shapes ran (judged inside; on ft and
+    # ft-upstream the stream's lost finalizers are reported, not judged)
+    reentry = [run for run in r["runs"] if run["kind"] == "reentry"]
+    assert len(reentry) == 1 and len(reentry[0]["shapes"]) == 5, report
+    if patched:
+        assert not reentry[0]["known_defects"], report
     mains = [run for run in r["runs"] if run["kind"] == "main"]
     assert mains and all(run["created"] > 0 and run["sentinel_rounds"] > 0 for run in mains), report
     if patched:

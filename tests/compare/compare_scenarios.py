@@ -105,6 +105,26 @@ for kind, wait in (("event", "Event.wait()"), ("lock", "lock.acquire()")):
         "the owner hands over and at once waits in %s: a drop while it "
         "spins attached before it parks is left to it" % wait)
 
+# reentry.py rows: (key in its result, {flavour: expected}, why); one run of
+# the script per flavour serves both rows.
+ALL, LOSES, FREED = "runs every finalizer", "loses finalizers", "freed"
+REENTRY = {
+    "stream": ("stream", {"gil": ALL, "ft": LOSES, "ft-upstream": LOSES,
+                          "ft-brc": ALL},
+               "issue 46: 100,000 objects of an owner that runs Python, "
+               "dropped one at a time, with a __del__ and with a weakref "
+               "callback: stock and the fix enter the merge again inside "
+               "each finalizer until RecursionError (timing-dependent: "
+               "reported there, not asserted); ft-brc bounds it (0010)"),
+    "wait": ("wait", {"ft": FREED, "ft-upstream": FREED, "ft-brc": FREED},
+             "review 5's A: a destructor that its owner's merge runs waits "
+             "(polling; a chain of two; a semaphore in short waits) for "
+             "another object of the same owner, dropped meanwhile: freed at "
+             "the owner's next check (v5 waited in vain); gil frees it in "
+             "the dropping thread, not applicable"),
+}
+_REENTRY_RUNS = {}
+
 RESULTS = {}   # (row, flavour) -> (expected, observed, details)
 
 
@@ -174,9 +194,10 @@ def check(row, flavour, expected, observed, details):
 @pytest.fixture(scope="module", autouse=True)
 def report():
     yield
-    rows = list(BLOCKING) + list(PROPERTIES)
+    rows = list(BLOCKING) + list(PROPERTIES) + list(REENTRY)
     why = {**{k: v[3] for k, v in BLOCKING.items()},
-           **{k: v[2] for k, v in PROPERTIES.items()}}
+           **{k: v[2] for k, v in PROPERTIES.items()},
+           **{k: v[2] for k, v in REENTRY.items()}}
     lines = ["# make compare (%s line)" % LINE, "",
              "Cell: observed outcome (expected, if different or racy); "
              "details below the table.", "",
@@ -224,3 +245,39 @@ def test_property(row, flavour):
     r = run_properties(dist_python(PREFIX + flavour), args)
     observed, details = property_outcome(row, r)
     check(row, flavour, expect[flavour], observed, details)
+
+
+def reentry_outcome(row, r):
+    """The observed outcome of a reentry.py row and its details."""
+    if row == "stream":
+        runs = r["stream_del"] + r["stream_callback"]
+        assert all(x["ended"] for x in runs), "the owner never ended\n%s" % r
+        details = {"runs_losing": sum(x["lost"] > 0 for x in runs),
+                   "runs": len(runs), "lost_max": max(x["lost"] for x in runs),
+                   "max_depth": max(x["max_depth"] for x in runs)}
+        return (LOSES if details["runs_losing"] else ALL), details
+    waits = {k: v for k, v in r.items() if k.startswith("wait_")}
+    kept = sum(v["kept"] for v in waits.values())
+    late = sorted(x for v in waits.values() for x in v["late_s"])
+    details = {"kept": kept, "late_ms_median": round(late[len(late) // 2] * 1e3, 3),
+               "late_ms_max": round(late[-1] * 1e3, 3)} if late else {"kept": kept}
+    return (FREED if not kept else "waits in vain"), details
+
+
+@pytest.mark.parametrize("flavour", COLUMNS)
+@pytest.mark.parametrize("row", list(REENTRY))
+def test_reentry(row, flavour):
+    _, expect, _ = REENTRY[row]
+    if flavour not in expect:
+        pytest.skip("not applicable on %s" % flavour)
+    if flavour not in _REENTRY_RUNS:
+        cmd = [str(dist_python(PREFIX + flavour)), str(SCENARIO_DIR / "reentry.py"),
+               "--objects", "100000", "--trials", str(max(TRIALS // 3, 1))]
+        p = subprocess.run(cmd, env=clean_env({}), capture_output=True, text=True,
+                           timeout=TIMEOUT * 5, cwd=str(ROOT))
+        assert p.returncode == 0, "%s\n%s%s" % (" ".join(cmd), p.stdout, p.stderr)
+        _REENTRY_RUNS[flavour] = json.loads(p.stdout.strip().splitlines()[-1])
+    observed, details = reentry_outcome(row, _REENTRY_RUNS[flavour])
+    # stock and the fix lose finalizers only when the two threads interleave
+    check(row, flavour, None if expect[flavour] == LOSES else expect[flavour],
+          observed, details)
