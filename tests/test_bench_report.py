@@ -111,6 +111,7 @@ def test_goal_rows(report):
 
 
 def test_every_built_flavour_in_the_tables(report):
+    unbuilt = set()
     for section, flavours in (("## M1", ["gil", "ft", "ft-upstream",
                                           "ft-brc (default, =1)"]),
                               ("## T1", ["gil", "ft", "ft-upstream",
@@ -123,3 +124,7 @@ def test_every_built_flavour_in_the_tables(report):
             if built([f.split(" ")[0]]):
                 assert re.search(r"\| %s \|" % re.escape(f), text), (section,
                                                                     f)
+            else:
+                unbuilt.add(f.split(" ")[0])
+    if unbuilt:     # the others were checked; these could not be
+        pytest.skip("not built, so not looked for: %s" % ", ".join(sorted(unbuilt)))

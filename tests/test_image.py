@@ -173,8 +173,29 @@ def test_interpreter(engine, image):
     p = run(engine, image, "python3", "-c", code)
     assert p.returncode == 0, p.stderr
     assert p.stdout.split() == [VERSION, "False", "True", "/usr/local/bin/python3", "/usr/local", "/usr/local"]
-    p = run(engine, image, "python3.14t", "-c", "import sys; print(sys._brc_stats()['enqueued'] >= 0)")
-    assert p.returncode == 0 and p.stdout == "True\n", p.stderr
+    # the versioned name runs the series: an object of a parked owner is
+    # merged on its behalf and freed at the drop
+    p = run(engine, image, "python3.14t", "-c", ON_BEHALF)
+    assert p.returncode == 0 and p.stdout == "freed 1\n", (p.stdout, p.stderr)
+
+
+ON_BEHALF = """if 1:
+    import sys, threading, time, weakref
+    class O: pass
+    box, lock, ready = [], threading.Lock(), threading.Event()
+    lock.acquire()
+    def owner():
+        box.append(O()); ready.set(); lock.acquire()
+    t = threading.Thread(target=owner); t.start(); ready.wait()
+    stat = "/proc/self/task/%d/stat" % t.native_id
+    while open(stat).read().rsplit(")", 1)[1].split()[0] != "S":
+        time.sleep(0.001)
+    before = sys._brc_stats()["merged_on_behalf"]
+    ref = weakref.ref(box[0]); box.clear()
+    print("freed" if ref() is None else "kept",
+          sys._brc_stats()["merged_on_behalf"] - before)
+    lock.release(); t.join()
+"""
 
 
 def test_dataloader_payload_freed_while_owner_blocked(engine, image):

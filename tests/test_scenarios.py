@@ -12,11 +12,12 @@ The "-nowait" scenarios drop as soon as the owner has gone past its last
 eval breaker check before the blocking call, without waiting until it is
 parked, so the drop often lands while the owner is still attached (spinning
 on the lock before it parks); they then wait until the owner is parked and
-judge the same way.  ft-brc must free these too: the owner merges and frees
-its queue itself before it parks (patch 0006), or, if the drop lands later,
-hands itself on as it detaches and another thread frees them (0003).  So
-there, objects freed by the owner before the measurement count as freed
-(the owner is blocked at the measurement and never woke up in between).
+judge the same way.  ft-brc must free these too: a drop that lands while
+the owner spins attached sets its bit and tries again, and the owner, if it
+then parks without a check, asks for help as it detaches (0004); or it
+frees them itself at a check before it parks.  So there, objects freed by
+the owner before the measurement count as freed (the owner is blocked at
+the measurement and never woke up in between).
 
 Expected outcomes (CONFIGS below):
   gil                              frees    (plain refcounting)
@@ -171,9 +172,9 @@ def test_scenario(flavour, env, options, expect, script):
     no_wait = r.get("no_wait", False)
     if r["freed_by_owner_before_measure"]:
         # --no-wait on ft-brc: the drop landed while the owner was still
-        # attached on its way to park, and it freed them before it parked
-        # (0006).  Otherwise it should not happen: the owner is parked when
-        # the objects are dropped.
+        # attached on its way to park, and it freed them at a check before
+        # it parked.  Otherwise it should not happen: the owner is parked
+        # when the objects are dropped.
         report += ("\nNOTE: %d objects were freed by the owner thread before"
                    " the measurement" % r["freed_by_owner_before_measure"])
     freed = r["freed_while_blocked"]

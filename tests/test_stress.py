@@ -114,6 +114,13 @@ def test_stress(flavour):
     # (the sanitizer flavours are --with-pydebug builds too)
     assert info["py_debug"] == flavour.endswith(("-debug", "-tsan", "-asan")), report
     assert r["created"] > 0 and r["blocks"], report
+    # every kind of blocking the run listed ran, a few times at least; the
+    # series' builds list the second thread state (0009's hazard)
+    assert set(r["kinds"]) <= set(r["blocks"]), report
+    assert all(r["blocks"][k] >= 3 for k in r["kinds"]), report
+    if info["has_brc_stats"]:
+        assert "new_tstate" in r["kinds"], report
+    assert "detach_attach" in r["kinds"], report
     assert r["short_lived_threads"] > 0, report
     if info["ctypes_libc"] and not info.get("tsan"):      # (TSan: no native threads)
         assert r["native_threads"] > 0, report

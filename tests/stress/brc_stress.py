@@ -24,9 +24,12 @@ What it exercises, all at the same time for --duration seconds
   queue.SimpleQueue.get(timeout), a C-level detached wait (libc usleep via
   ctypes, which releases the thread state around foreign calls), libc qsort
   with a Python comparator (a nested PyGILState_Ensure/Release per call), a
-  short attached busy loop, and -- where the patched _testinternalcapi probes
-  exist -- brc_detach_attach() (detach/attach in a tight C loop) and
-  brc_call_in_new_tstate() (a second thread state on the same OS thread).
+  short attached busy loop, a tight detach/attach loop (time.sleep(0)), and
+  -- on the series' builds, through 0009's _testinternalcapi probe
+  call_in_second_thread_state() -- a second thread state on the same OS
+  thread (the first one detached meanwhile).  Every kind listed runs at
+  least once, or the run fails; a series build without the probe is an
+  error that names it.
 * Native threads (pthread_create via ctypes; the start routine is a ctypes
   callback, so the thread attaches through PyGILState_Ensure) create objects,
   hand them off, drop other threads' objects, block and sort with callbacks;
@@ -332,8 +335,8 @@ def gc_collects_cycles():
 
 
 def pending_calls_run(timeout=2.0):
-    """Does a pending call (_PyEval_AddPendingCall, as brc_help uses) still
-    run in this process?  None where the _testinternalcapi probe is missing."""
+    """Does a pending call (_PyEval_AddPendingCall) still run in this
+    process?  None where the _testinternalcapi probe is missing."""
     if _tic is None or not hasattr(_tic, "pending_threadfunc"):
         return None
     ran = threading.Event()
@@ -672,9 +675,10 @@ class Worker:
             while monotonic() < end:
                 pass
         elif kind == "detach_attach":
-            _tic.brc_detach_attach(self.rng.randrange(10, 400))
+            for _ in range(self.rng.randrange(10, 400)):
+                time.sleep(0)           # detaches and attaches again
         elif kind == "new_tstate":
-            _tic.brc_call_in_new_tstate(self.in_second_tstate)
+            _tic.call_in_second_thread_state(self.in_second_tstate)
         else:
             raise ValueError(kind)
         self.blocks[kind] += 1
@@ -689,7 +693,7 @@ class Worker:
 
     def in_second_tstate(self):
         """Runs in a second thread state of this OS thread; the first one is
-        detached meanwhile (brc_call_in_new_tstate)."""
+        detached meanwhile (call_in_second_thread_state)."""
         rng = self.rng
         for _ in range(rng.randrange(1, 6)):
             self.ctx.deliver(rng, (self.idx, make_item(rng, "tstate2")), self.tally)
@@ -1134,7 +1138,7 @@ def fork_child(ctx, worker, token, report_fd):
             del found
         # A fork that lands while another thread runs a pending call leaves
         # the child's pending-call machinery pointing at that (vanished)
-        # thread, and no pending call -- brc_help() included -- runs again.
+        # thread, and no pending call runs again (0006 fixes it).
         report["pending_calls_run"] = pending = pending_calls_run()
         if pending is False:
             problems.append("pending calls never run in the child (the fork landed while"
@@ -1383,7 +1387,7 @@ def interpreter_info():
         "free_threaded_build": bool(sysconfig.get_config_var("Py_GIL_DISABLED")),
         "py_debug": bool(sysconfig.get_config_var("Py_DEBUG")),
         "has_brc_stats": hasattr(sys, "_brc_stats"),
-        "has_brc_probes": _tic is not None and hasattr(_tic, "brc_detach_attach"),
+        "has_brc_probes": _tic is not None and hasattr(_tic, "call_in_second_thread_state"),
         "ctypes_libc": LIBC.ok,
         "tsan": TSAN,
     }
@@ -1444,12 +1448,15 @@ def parse_args(argv):
 
 
 def available_kinds(args):
-    kinds = ["event", "sleep", "lock", "select", "read", "queue", "busy"]
+    kinds = ["event", "sleep", "lock", "select", "read", "queue", "busy",
+             "detach_attach"]
     if LIBC.ok:
         kinds += ["usleep", "qsort"]
-    if _tic is not None and hasattr(_tic, "brc_detach_attach"):
-        kinds += ["detach_attach"]
-    if _tic is not None and hasattr(_tic, "brc_call_in_new_tstate"):
+    if hasattr(sys, "_brc_stats"):     # the series: 0009's probe is there
+        if _tic is None or not hasattr(_tic, "call_in_second_thread_state"):
+            raise SystemExit("brc_stress: this build has sys._brc_stats() but no "
+                             "_testinternalcapi.call_in_second_thread_state (0009's "
+                             "probe) for the new_tstate kind: rebuild it with the series")
         kinds += ["new_tstate"]
     if args.kinds:
         wanted = [k.strip() for k in args.kinds.split(",") if k.strip()]
@@ -1625,6 +1632,9 @@ def judge(ctx, hung, stats_before):
     if double:
         failures.append("%d double finalisations (serials %r)" % (double, double_sample))
     # (failed forks and shutdown runs are in ctx.errors already)
+    idle = [k for k in ctx.kinds if not ctx.blocks.get(k)]
+    if idle and not hung:
+        failures.append("block kinds listed but never run: %s" % ", ".join(idle))
     delta, accounting = brc_accounting(stats_before, stats_after, hung, failures)
     return {
         "ok": not failures,
