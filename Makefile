@@ -44,7 +44,7 @@ CHECKS := $(VENV)/bin/python tests/regrtest_checks.py
 DIST_ENV := $(if $(DIST),BRC_MERGE_DIST='$(DIST)') $(if $(CACHE),BRC_MERGE_CACHE='$(CACHE)')
 
 .PHONY: help $(ALL_FLAVOURS) flavours main-flavours test-main test venv image-deps bench bench-fast bench-torch bench-venv clean distclean checksums \
-	release bench-release prefix-check image base-image image-torch image-torch-check torchrun-check clean-torch dist-tarball compare compare-main exhibit-h1 tsan tsan-stock asan asan-stock refleak stress stress-long parity reliability
+	release bench-release prefix-check hazards-check image base-image image-torch image-torch-check torchrun-check clean-torch dist-tarball compare compare-main exhibit-h1 tsan tsan-stock asan asan-stock refleak stress stress-long parity reliability
 
 help: ## list the targets (plain `make` builds ft-brc)
 	@echo "make [TARGET] [JOBS=N SOURCE=PATH CACHE=DIR DIST=DIR PATCHES=DIR OPTIMIZE=1 OFFLINE=1]"
@@ -113,7 +113,10 @@ compare-main: main-flavours main-ft-upstream venv ## the same on CPython main (m
 
 # H1 of docs/upstream.md on the backport and on ft-brc, release and pydebug
 prefix-check: ft-brc main-ft-brc ## every prefix of the series builds and passes test_gc, on both lines (not in CI, ~1 h)
-	tests/prefix_check.sh $(PREFIX_LINES)
+	tests/series_check.sh prefix
+
+hazards-check: ft-brc ## the hazard mix finds each hazard that tests/stress/hazards.patch puts back, 5 of 5 seeds (not in CI, ~30 min)
+	tests/series_check.sh hazards
 
 exhibit-h1: ft-brc ft-upstream ft-upstream-debug ft-brc-debug venv ## finalizers inside a non-escaping decref: ft-upstream runs them there, its pydebug build aborts; ft-brc does not
 	$(DIST_ENV) $(VENV)/bin/pytest tests/test_h1.py $(PYTEST_ARGS)
