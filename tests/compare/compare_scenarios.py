@@ -118,7 +118,7 @@ REENTRY = {
                "reported there, not asserted); ft-brc bounds it (0010)"),
     "wait": ("wait", {"ft": FREED, "ft-upstream": FREED, "ft-brc": FREED},
              "review 5's A: a destructor that its owner's merge runs waits "
-             "(polling; a chain of two; a semaphore in short waits) for "
+             "(polling; a chain of two; a permit, a Lock, in short waits) for "
              "another object of the same owner, dropped meanwhile: freed at "
              "the owner's next check (v5 waited in vain); gil frees it in "
              "the dropping thread, not applicable"),

@@ -1,6 +1,7 @@
 """A re-entered BRC merge: the shapes of review 5 (hang A) and issue 46.
 
     python reentry.py [--objects N] [--trials T] [--chains 1,2]
+                      [--shapes stream,wait]
 
 An owner thread fills a box and then runs Python (eval breaker checks)
 while this thread drops what it made; the owner's checks free it.
@@ -104,7 +105,10 @@ def waiting_shape(chain, semaphore=False):
     waits, for a permit that the next object's finalizer releases."""
     assert chain == 1 or not semaphore     # see tests/stress/mix.py
     started = [threading.Event() for _ in range(chain)]
-    permit = threading.BoundedSemaphore(1)
+    # a Lock as the permit: threading.Semaphore.release() takes the lock
+    # that its acquire() holds while it runs bytecode (and checks), so a
+    # finalizer releasing it there deadlocks on any free-threaded build
+    permit = threading.Lock()
     dropped = [None] * (chain + 1)
     outcome = []
 
@@ -156,6 +160,7 @@ def main():
     ap.add_argument("--objects", type=int, default=300_000)
     ap.add_argument("--trials", type=int, default=10)
     ap.add_argument("--chains", default="1,2")
+    ap.add_argument("--shapes", default="stream,wait")
     args = ap.parse_args()
     r = {"free_threaded_build": bool(__import__("sysconfig")
                                      .get_config_var("Py_GIL_DISABLED")),
@@ -169,7 +174,10 @@ def main():
             default(u)
 
     sys.unraisablehook = hook
+    shapes = args.shapes.split(",")
     for name, callback in (("stream_del", False), ("stream_callback", True)):
+        if "stream" not in shapes:
+            break
         runs = []
         for _ in range(args.trials):
             lost[0] = 0
@@ -179,10 +187,11 @@ def main():
         r[name] = runs
     # With the GIL a dropped object is freed in the dropping thread, which
     # would wait in the destructor for an object it has yet to drop.
-    for chain in map(int, args.chains.split(",")) if not r["gil_enabled"] else ():
+    chains = args.chains.split(",") if "wait" in shapes else []
+    for chain in map(int, chains) if not r["gil_enabled"] else ():
         for semaphore in (False, True) if chain == 1 else (False,):
             runs = [waiting_shape(chain, semaphore) for _ in range(args.trials)]
-            r["wait_%s_%d" % ("semaphore" if semaphore else "poll", chain)] = {
+            r["wait_%s_%d" % ("permit" if semaphore else "poll", chain)] = {
                 "kept": sum(not e or len(o) != chain or not all(x[1] for x in o)
                             for e, o in runs),
                 "late_s": sorted(x[2] for _, o in runs for x in o

@@ -26,7 +26,7 @@ own with a deadline, and prints one JSON line (--json) or a summary:
              merges nest at most 4 deep); destructors that the owner's
              own merge runs and that wait for another object of the same
              owner, dropped by another thread meanwhile (polling a weak
-             reference, a chain of two, and a BoundedSemaphore, in short
+             reference, a chain of two, and a permit (a Lock), in short
              waits, that the other object's finalizer releases).  Stock ft and
              ft-upstream lose stream finalizers to RecursionError (a stock
              defect that 0010 fixes): there the loss is reported with its
@@ -670,11 +670,11 @@ def child_reentry(seed):
         if not ended:
             fails.append("%s: the owner did not end" % name)
         (fails if patched else known).extend(bad)
-    # (No chain of semaphore waits: a waiter parked when the next object is
+    # (No chain of permit waits: a waiter parked when the next object is
     # dropped has it freed at the drop, by the dropper, which then waits
     # inside it for the object it has yet to drop, as with the GIL.)
     for chain, semaphore in ((1, False), (2, False), (1, True)):
-        name = "wait-%s-%d" % ("semaphore" if semaphore else "poll", chain)
+        name = "wait-%s-%d" % ("permit" if semaphore else "poll", chain)
         ended, outcome = waiting_shape(chain, semaphore)
         shapes[name] = outcome
         if not ended or len(outcome) != chain or not all(o[1] for o in outcome):
@@ -712,6 +712,8 @@ def run_child(kind, seed, seconds, threshold, deadline):
     except (IndexError, ValueError):
         r.setdefault("failures", []).append("no result line on stdout")
     fails = r.setdefault("failures", [])
+    # (the unraisable hook may itself hit the recursion limit: count both)
+    r["recursion_errors"] = r.get("recursion_errors", 0) + err.count("RecursionError")
     if hung:
         fails.append("did not end within %d s" % deadline)
     if p.returncode != 0:
