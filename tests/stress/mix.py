@@ -212,7 +212,11 @@ class Obj:
         LEDGER.finalised(self.serial)
 
 
+CALLED = set()      # ids of weakrefs whose callback ran (pruning, below)
+
+
 def on_dead(ref):
+    CALLED.add(id(ref))
     junk = [ref] * 8                        # allocates, in whichever thread frees
     # No thread holds it while it drops; but a fork child clears the dead
     # threads' states, running callbacks, before its at-fork hooks run, and
@@ -223,6 +227,14 @@ def on_dead(ref):
         LEDGER.cb_lock.release()
     if id(junk) % 4099 == 0:
         gc.collect()
+
+
+def pruned(ref):
+    """Forget a weakref whose callback ran; False if it has not yet."""
+    if id(ref) in CALLED:
+        CALLED.discard(id(ref))
+        return True
+    return False
 
 
 def watched(refs):
@@ -360,7 +372,10 @@ class Mix:
                     self.handoff.put(parts.pop())
                 self.block(rng, idx)
                 if len(refs) > 1000:
-                    refs[:] = [r for r in refs if r() is not None]
+                    # A dead referent (r() is None) may still be in its
+                    # dealloc on another thread, its callback to come:
+                    # dropping the weakref then cancels the callback.
+                    refs[:] = [r for r in refs if r() is not None or not pruned(r)]
         finally:
             loop.close()
             self.refs.append(refs)
