@@ -32,6 +32,15 @@ build() {
         echo "series_check: no $tree_name source tree in $cache/sources; run 'make $flavour' first" >&2
         exit 2
     fi
+    if [[ $line != 3.14 ]]; then
+        # the main line builds libmpdec from the 3.14 tree of its cache
+        local t314
+        t314=$(find "$cache/sources" -maxdepth 1 -type d -name "Python-3.14*" | sort | head -n 1)
+        if [[ -n $t314 && ! -d $work/cache/sources/${t314##*/} ]]; then
+            mkdir -p "$work/cache/sources"
+            cp -a -- "$t314" "$work/cache/sources/"
+        fi
+    fi
     rm -rf -- "$p"
     mkdir -p "$p"
     cp "$pdir/base" "$pdir/checksums" "$p/"
