@@ -97,13 +97,13 @@ def stream_shape(n, callback, make=Plain):
     return ended, len(depths), max(depths, default=0)
 
 
-def waiting_shape(chain, semaphore=False):
+def waiting_shape(chain, permit_wait=False):
     """Destructors run by their owner's merge, each waiting for the next
     object of the same owner, which this thread drops once the destructor
     started: (owner ended, [(index, freed, seconds from its drop)]),
-    innermost first.  With semaphore, one destructor waits, in short
+    innermost first.  With permit_wait, one destructor waits, in short
     waits, for a permit that the next object's finalizer releases."""
-    assert chain == 1 or not semaphore     # see tests/stress/mix.py
+    assert chain == 1 or not permit_wait     # see tests/stress/mix.py
     started = [threading.Event() for _ in range(chain)]
     # a Lock as the permit: threading.Semaphore.release() takes the lock
     # that its acquire() holds while it runs bytecode (and checks), so a
@@ -114,7 +114,7 @@ def waiting_shape(chain, semaphore=False):
 
     class Last:
         def __del__(self):
-            if semaphore:
+            if permit_wait:
                 permit.release()
 
     class Waiter:
@@ -126,7 +126,7 @@ def waiting_shape(chain, semaphore=False):
             t0 = time.monotonic()
             freed = False
             while not freed and time.monotonic() - t0 < WAIT:
-                if semaphore:
+                if permit_wait:
                     freed = permit.acquire(timeout=0.001)
                 else:
                     freed = self.nxt() is None
@@ -135,7 +135,7 @@ def waiting_shape(chain, semaphore=False):
             outcome.append((self.i, freed, late))
 
     def fill(box):
-        if semaphore:
+        if permit_wait:
             permit.acquire()            # released by Last.__del__
         box.append(Last())
         for i in reversed(range(chain)):
@@ -189,9 +189,9 @@ def main():
     # would wait in the destructor for an object it has yet to drop.
     chains = args.chains.split(",") if "wait" in shapes else []
     for chain in map(int, chains) if not r["gil_enabled"] else ():
-        for semaphore in (False, True) if chain == 1 else (False,):
-            runs = [waiting_shape(chain, semaphore) for _ in range(args.trials)]
-            r["wait_%s_%d" % ("permit" if semaphore else "poll", chain)] = {
+        for permit_wait in (False, True) if chain == 1 else (False,):
+            runs = [waiting_shape(chain, permit_wait) for _ in range(args.trials)]
+            r["wait_%s_%d" % ("permit" if permit_wait else "poll", chain)] = {
                 "kept": sum(not e or len(o) != chain or not all(x[1] for x in o)
                             for e, o in runs),
                 "late_s": sorted(x[2] for _, o in runs for x in o

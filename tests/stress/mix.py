@@ -688,9 +688,9 @@ def child_reentry(seed):
     # (No chain of permit waits: a waiter parked when the next object is
     # dropped has it freed at the drop, by the dropper, which then waits
     # inside it for the object it has yet to drop, as with the GIL.)
-    for chain, semaphore in ((1, False), (2, False), (1, True)):
-        name = "wait-%s-%d" % ("permit" if semaphore else "poll", chain)
-        ended, outcome = waiting_shape(chain, semaphore)
+    for chain, permit_wait in ((1, False), (2, False), (1, True)):
+        name = "wait-%s-%d" % ("permit" if permit_wait else "poll", chain)
+        ended, outcome = waiting_shape(chain, permit_wait)
         shapes[name] = outcome
         if not ended or len(outcome) != chain or not all(o[1] for o in outcome):
             fails.append("%s: a destructor waited in vain for an object of its own "
