@@ -761,13 +761,15 @@ cc_version() {  # cc_version FLAVOUR: the first line of the compiler's --version
     $cc --version 2>/dev/null | sed -n 1p || echo "no compiler"
 }
 
-series_key() {  # series_key [SERIES_FILE]: sha256 of the series file and each listed patch
+# sha256 of the series file and each listed patch's diff: a patch's message
+# (its DEP-3 header, its subject's n/N) does not change what is built.
+series_key() {  # series_key [SERIES_FILE]
     local p file=${1:-$SERIES_FILE} dir
     dir=$(dirname "$file")
     {
         [[ -f $file ]] && cat "$file"
         while read -r p; do
-            if [[ -f $dir/$p ]]; then echo "$p $(sha256_of "$dir/$p")"
+            if [[ -f $dir/$p ]]; then echo "$p $(sed -n '/^diff --git /,$p' "$dir/$p" | sha256_str)"
             else echo "$p MISSING"; fi
         done < <(series_patches "$file")
     } | sha256_str
