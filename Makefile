@@ -43,7 +43,7 @@ CHECKS := $(VENV)/bin/python tests/regrtest_checks.py
 # Where the tests and benchmarks find the builds (same settings as build.sh).
 DIST_ENV := $(if $(DIST),BRC_MERGE_DIST='$(DIST)') $(if $(CACHE),BRC_MERGE_CACHE='$(CACHE)')
 
-.PHONY: help $(ALL_FLAVOURS) flavours main-flavours test-main test venv image-deps bench bench-fast bench-torch bench-venv clean distclean checksums \
+.PHONY: help $(ALL_FLAVOURS) flavours main-flavours test-main test venv image-deps bench bench-fast bench-torch bench-venv clean distclean checksums series-table \
 	release bench-release prefix-check hazards-check image base-image image-torch image-torch-check torchrun-check clean-torch dist-tarball compare compare-main exhibit-h1 tsan tsan-stock asan asan-stock refleak stress stress-long parity reliability
 
 help: ## list the targets (plain `make` builds ft-brc)
@@ -66,6 +66,9 @@ main-flavours: ## build both main flavours: main-ft main-ft-brc
 
 checksums: ## recompute patches/<line>/checksums after changing the series
 	$(BUILD) $(BUILD_ARGS) --update-checksums
+
+series-table: ## rewrite the series' tables and numbers marked in README.md and docs/ from patches/
+	python3 tests/series_table.py --update
 
 # The host python3 makes the venv; if it cannot (e.g. Debian without
 # python3-venv), our own stock build dist/gil does. A working .venv is
