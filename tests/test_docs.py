@@ -3,7 +3,8 @@
 Every `make` target they name is a target of the Makefile; every PYTHON_* and
 BRC_MERGE_* variable they name is used by the project's code (the Makefile,
 build.sh, the images, bench/, tests/ or the patches); every relative link or
-image resolves; README.md stays at most 300 lines; `make help` has one line
+image resolves; README.md stays at most 200 lines and shows its first
+command within 30; `make help` has one line
 per target and no issue numbers.  Reads files only (and, through conftest,
 `build.sh --list`): no build, no git, well under a second.
 """
@@ -18,7 +19,9 @@ from conftest import FLAVOUR_GROUPS, ROOT
 
 README = ROOT / "README.md"
 DOCS = [README] + sorted((ROOT / "docs").glob("*.md"))
-MAX_README_LINES = 300
+MAX_README_LINES = 200
+# A reader reaches the first command (a fenced block) within this many lines.
+FIRST_COMMAND_BY = 30
 
 # Where a variable must occur for a document to name it.
 CODE = ["Makefile", "build.sh", "Dockerfile", ".ci", "image", "bench", "tests",
@@ -105,6 +108,14 @@ def test_readme_is_short():
     assert n <= MAX_README_LINES, (
         "README.md has %d lines (at most %d): move detail to docs/"
         % (n, MAX_README_LINES))
+
+
+def test_readme_starts_with_the_commands():
+    lines = README.read_text().splitlines()
+    first = next((i for i, line in enumerate(lines, 1) if line.startswith("```")), None)
+    assert first is not None and first <= FIRST_COMMAND_BY, (
+        "README.md's first command block is at line %s (at most %d)"
+        % (first, FIRST_COMMAND_BY))
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=doc_id)
