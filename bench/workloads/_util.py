@@ -13,6 +13,9 @@ import sys
 import threading
 import time
 
+# u.thread_state(), u.brc_stats(): one copy for the bench and the tests
+from _probes import brc_stats, thread_state  # noqa: F401
+
 PAGE = mmap.PAGESIZE
 MiB = 1 << 20
 KNOB = "PYTHON_BRC_MERGE_THRESHOLD"
@@ -43,18 +46,6 @@ def fill_pages(buf, value=1):
     """Like touch(), but in C: one strided slice assignment."""
     n = (len(buf) + PAGE - 1) // PAGE
     buf[::PAGE] = bytes([value]) * n
-
-
-def thread_state(native_id):
-    """Kernel scheduling state ('R', 'S', ...) of a thread of this process,
-    or None if it is gone.  'S' means sleeping in the kernel; CPython
-    detaches its thread state before any such blocking call."""
-    try:
-        with open("/proc/self/task/%d/stat" % native_id, "rb") as f:
-            data = f.read()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    return data[data.rindex(b")") + 2:].split()[0].decode()
 
 
 def wait_sleeping(native_ids, timeout=10.0, poll=0.0002):
@@ -95,12 +86,6 @@ class RssSampler(threading.Thread):
     def stop(self):
         self._halt.set()
         self.join()
-
-
-def brc_stats():
-    """sys._brc_stats() on ft-brc, else None."""
-    fn = getattr(sys, "_brc_stats", None)
-    return dict(fn()) if fn is not None else None
 
 
 def interpreter_metadata():

@@ -36,8 +36,11 @@ import threading
 import time
 import weakref
 
-# the scripts use them as h.thread_state(), h.brc_stats()
-from _probes import brc_stats, thread_state  # noqa: F401
+# the scripts use them as h.thread_state(), h.brc_stats(); their one copy is
+# bench/workloads/_probes.py, found from this file (appended: shadows nothing)
+sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "bench", "workloads"))
+from _probes import brc_stats, thread_state  # noqa: E402,F401
 
 MiB = 1 << 20
 PAGE = mmap.PAGESIZE

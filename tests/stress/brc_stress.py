@@ -123,10 +123,11 @@ try:
 except ImportError:
     _tic = None
 
-# brc_stats() is shared with the scenario scripts; their folder is found from
-# this file (it runs from any directory).  Appended: it shadows nothing.
-sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                             "scenarios"))
+# brc_stats() is shared with the scenario scripts and the bench workloads
+# (bench/workloads/_probes.py); found from this file (it runs from any
+# directory).  Appended: it shadows nothing.
+sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "bench", "workloads"))
 from _probes import brc_stats  # noqa: E402
 
 get_ident = threading.get_ident

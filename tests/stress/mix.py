@@ -98,10 +98,13 @@ import weakref
 warnings.filterwarnings("ignore", "This process .* is multi-threaded", DeprecationWarning)
 
 HERE = os.path.abspath(__file__)
-# brc_stats() is shared with the scenario scripts; their folder is found from
-# this file, as the runs in subinterpreters (runpy.run_path) need it too.
-# Appended, so that it shadows nothing.
-sys.path.append(os.path.join(os.path.dirname(os.path.dirname(HERE)), "scenarios"))
+# brc_stats() (bench/workloads/_probes.py, shared with the scenario scripts
+# and the bench) and the reentry scenario's shapes (tests/scenarios): their
+# folders are found from this file, as the runs in subinterpreters
+# (runpy.run_path) need them too.  Appended, so that they shadow nothing.
+TESTS = os.path.dirname(os.path.dirname(HERE))
+sys.path.append(os.path.join(TESTS, "scenarios"))
+sys.path.append(os.path.join(os.path.dirname(TESTS), "bench", "workloads"))
 from _probes import brc_stats  # noqa: E402
 from reentry import stream_shape, waiting_shape  # noqa: E402
 
