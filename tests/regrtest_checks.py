@@ -46,7 +46,7 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from conftest import ROOT, dist_dir  # noqa: E402  (tests/ is this script's dir)
+from conftest import ROOT, built_python, clean_env, dist_dir  # noqa: E402  (tests/ is this script's dir)
 
 PROJECT_TSAN_SUPPRESSIONS = ROOT / "tests" / "tsan" / "suppressions.txt"
 OPTIMISTIC_READS = ROOT / "tests" / "asan" / "optimistic_reads.py"
@@ -65,10 +65,10 @@ PARITY_TESTS = ["test_free_threading", "test_capi", "test_threading", "test_gc",
 
 
 def python_of(flavour):
-    py = dist_dir() / flavour / "bin" / "python3"
-    if not os.access(py, os.X_OK):
-        sys.exit(f"error: flavour {flavour} is not built ({py} missing); "
-                 f"build it with: ./build.sh {flavour}")
+    py = built_python(flavour)
+    if py is None:
+        sys.exit(f"error: flavour {flavour} is not built (no bin/python3 in "
+                 f"{dist_dir() / flavour}); build it with: ./build.sh {flavour}")
     return py
 
 
@@ -96,7 +96,7 @@ def llvm_symbolizer(python):
     exits with the install command if it is missing or does not run."""
     cc = subprocess.run([str(python), "-c",
                          "import sysconfig; print(sysconfig.get_config_var('CC'))"],
-                        capture_output=True, text=True, env=clean_env()).stdout.strip()
+                        capture_output=True, text=True, env=regrtest_env()).stdout.strip()
     m = re.match(r"(?:\S*/)?clang-(\d+)\b", cc)
     if not m:
         sys.exit(f"error: {python} was not built with a versioned clang (CC={cc!r}); "
@@ -126,11 +126,11 @@ def sanitizer_options(python, *options):
     return " ".join([f"external_symbolizer_path={llvm_symbolizer(python)}", *options])
 
 
-def clean_env(**extra):
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PYTHON", "TSAN_", "ASAN_"))}
-    env.update(extra)
-    return env
+def regrtest_env(**extra):
+    """clean_env() for these runs: the caller's sanitizer options go too (each
+    run sets its own), and bytecode is written as in a plain regrtest run
+    (PYTHONDONTWRITEBYTECODE makes some tests skip)."""
+    return clean_env(extra, drop=("TSAN_", "ASAN_"), write_bytecode=True)
 
 
 def log(msg):
@@ -244,7 +244,7 @@ def cmd_tsan(args):
                     + PROJECT_TSAN_SUPPRESSIONS.read_text())
     options = [f"log_path={logdir}/tsan", f"suppressions={supp}",
                "handle_segv=0", "second_deadlock_stack=1", "history_size=4"]
-    env = clean_env(TSAN_OPTIONS=sanitizer_options(python, *options))
+    env = regrtest_env(TSAN_OPTIONS=sanitizer_options(python, *options))
     # Self-check: a known data race (a range iterator shared by two threads,
     # gh-129068) must be reported with its function's name, or the interpreter
     # is not instrumented, the log path does not work, or reports are not
@@ -254,7 +254,7 @@ def cmd_tsan(args):
     probe = out / "self-check"
     shutil.rmtree(probe, ignore_errors=True)
     probe.mkdir()
-    p = subprocess.run([str(python), "-c", RACE], env=clean_env(
+    p = subprocess.run([str(python), "-c", RACE], env=regrtest_env(
         TSAN_OPTIONS=sanitizer_options(python, f"log_path={probe}/tsan", "exitcode=0")),
         timeout=600, stdin=subprocess.DEVNULL, capture_output=True, text=True)
     probe_reports = tsan_reports(probe)
@@ -396,7 +396,7 @@ def cmd_asan(args):
     python = python_of(args.flavour)
     cflags = subprocess.run([str(python), "-c",
                              "import sysconfig; print(sysconfig.get_config_var('CFLAGS'))"],
-                            capture_output=True, text=True, env=clean_env()).stdout
+                            capture_output=True, text=True, env=regrtest_env()).stdout
     if "-fsanitize=address" not in cflags:
         sys.exit(f"error: {args.flavour} is not built with AddressSanitizer "
                  f"(CFLAGS {cflags.strip()!r}); use --flavour ft-brc-asan or ft-asan")
@@ -420,7 +420,7 @@ def cmd_asan(args):
         d = probe / str(i)
         d.mkdir()
         p = subprocess.run([str(python), "-c", code],
-                           env=clean_env(ASAN_OPTIONS=asan_options(python, d)),
+                           env=regrtest_env(ASAN_OPTIONS=asan_options(python, d)),
                            timeout=600, stdin=subprocess.DEVNULL, capture_output=True, text=True)
         found = [r for r in asan_reports(d) if r[0] == kind]
         if not found:
@@ -442,7 +442,7 @@ def cmd_asan(args):
     # The free-threaded build's deliberate reads of possibly freed objects,
     # provoked: the checking patch must exempt them (and nothing is reported).
     p = subprocess.run([str(python), str(OPTIMISTIC_READS), str(args.optimistic_seconds)],
-                       env=clean_env(ASAN_OPTIONS=asan_options(python, logdir / "optimistic")),
+                       env=regrtest_env(ASAN_OPTIONS=asan_options(python, logdir / "optimistic")),
                        timeout=args.optimistic_seconds * 10 + 120, stdin=subprocess.DEVNULL,
                        capture_output=True, text=True)
     optimistic_rc = p.returncode
@@ -455,7 +455,7 @@ def cmd_asan(args):
     tests = args.tests or ASAN_TESTS
     rc, secs = run_regrtest(python, ["-j", str(args.jobs), f"--timeout={args.timeout}",
                                      "--fail-env-changed", *tests],
-                            clean_env(ASAN_OPTIONS=asan_options(python, logdir / "regrtest")),
+                            regrtest_env(ASAN_OPTIONS=asan_options(python, logdir / "regrtest")),
                             args.timeout * 4, out / "regrtest.log")
     regrtest_reports = asan_reports(logdir / "regrtest")
     reports += regrtest_reports
@@ -504,7 +504,7 @@ def cmd_refleak(args):
     python = python_of(args.flavour)
     check = subprocess.run([str(python), "-c",
                             "import sysconfig; print(sysconfig.get_config_var('Py_DEBUG'))"],
-                           capture_output=True, text=True, env=clean_env())
+                           capture_output=True, text=True, env=regrtest_env())
     if check.stdout.strip() != "1":
         sys.exit(f"error: {args.flavour} is not a --with-pydebug build; "
                  "use --flavour ft-brc-debug")
@@ -512,7 +512,7 @@ def cmd_refleak(args):
     tests = args.tests or REFLEAK_TESTS
     rc, secs = run_regrtest(python, ["-R", args.runs, f"--timeout={args.timeout}",
                                      "--fail-env-changed", *tests],
-                            clean_env(), args.timeout * 4, out / "regrtest.log")
+                            regrtest_env(), args.timeout * 4, out / "regrtest.log")
     text = (out / "regrtest.log").read_text(errors="replace")
     leaks = [l for l in text.splitlines() if re.search(r"\bleaked\b", l)]
     asserts = [l for l in text.splitlines()
@@ -560,7 +560,7 @@ def cmd_parity(args):
         xml.unlink(missing_ok=True)
         rc, secs = run_regrtest(python, ["-j", str(args.jobs), f"--timeout={args.timeout}",
                                          "--junit-xml", str(xml), *tests],
-                                clean_env(), args.timeout * 8, out / f"{flavour}.log")
+                                regrtest_env(), args.timeout * 8, out / f"{flavour}.log")
         failed, total = junit_failures(xml)
         text = (out / f"{flavour}.log").read_text(errors="replace")
         result = re.findall(r"(?m)^Result: (.*)$", text)

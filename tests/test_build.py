@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import COMPARE_FLAVOURS, EXTRA_FLAVOURS, FLAVOURS, MAIN_FLAVOURS, ROOT, dist_python
+from conftest import COMPARE_FLAVOURS, EXTRA_FLAVOURS, FLAVOURS, MAIN_FLAVOURS, ROOT, clean_env, dist_python
 
 pytestmark = pytest.mark.timeout(600)
 HANG_GUARD = 240
@@ -42,10 +42,10 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def clean_env(**extra):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("BRC_MERGE_")}
-    env.update({k: str(v) for k, v in extra.items()})
-    return env
+def build_env(**extra):
+    """clean_env() for build.sh and make: without the caller's BRC_MERGE_*
+    (cache, dist, source...: each test sets its own), bytecode left alone."""
+    return clean_env(extra, drop=("BRC_MERGE_",), write_bytecode=True)
 
 
 @pytest.fixture
@@ -84,7 +84,7 @@ class Sandbox:
         assert not (self.cache / "install").exists() or not any((self.cache / "install").iterdir())
 
     def run(self, *args, timeout=60, **env):
-        e = clean_env(BRC_MERGE_CACHE=self.cache, BRC_MERGE_DIST=self.dist, BRC_MERGE_OFFLINE=1, **env)
+        e = build_env(BRC_MERGE_CACHE=self.cache, BRC_MERGE_DIST=self.dist, BRC_MERGE_OFFLINE=1, **env)
         t0 = time.monotonic()
         # A run takes about a second; `timeout` only turns a hang into a failure.
         # CI once saw a 1-s stage pass 60 s on a loaded machine, so the guard has
@@ -236,7 +236,7 @@ def test_conftest_flavours_are_the_groups():
 
 def test_make_flavour_targets():
     """One Makefile rule builds each flavour of the table; make help lists them."""
-    env = {k: v for k, v in clean_env().items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    env = {k: v for k, v in build_env().items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
     make = ["make", "-n", "--no-print-directory", "-C", str(ROOT)]
     for flavour in sum(GROUPS.values(), ()):
         p = subprocess.run([*make, flavour], env=env, capture_output=True, text=True, timeout=60)
@@ -445,7 +445,7 @@ def test_release_is_optimised_in_a_cache_of_its_own(sandbox, tmp_path):
     p = subprocess.run(["make", "-s", "--no-print-directory", "-C", str(ROOT), "release",
                         f"CACHE={sandbox.cache}", f"SOURCE={tree}", f"PATCHES={patches}",
                         f"RELEASE_DIST={rel}", "OFFLINE=1"],
-                       env=clean_env(BRC_MERGE_DIST=sandbox.dist, BRC_MERGE_NO_DEPS=1),
+                       env=build_env(BRC_MERGE_DIST=sandbox.dist, BRC_MERGE_NO_DEPS=1),
                        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=HANG_GUARD)
     out = p.stdout + p.stderr
     assert p.returncode != 0 and "configure ft-brc FAILED" in out, out
@@ -544,7 +544,7 @@ def test_repo_checksums_match_series(tmp_path):
     """patches/3.14/checksums is what --update-checksums computes (needs the real source)."""
     patches = tmp_path / "patches"
     shutil.copytree(REPO_PATCHES, patches)
-    env = clean_env(BRC_MERGE_OFFLINE=1, BRC_MERGE_PATCHES=patches,
+    env = build_env(BRC_MERGE_OFFLINE=1, BRC_MERGE_PATCHES=patches,
                     BRC_MERGE_SOURCE=os.environ.get("BRC_MERGE_SOURCE", ""))
     env.pop("BRC_MERGE_CACHE", None)
     if os.environ.get("BRC_MERGE_CACHE"):
@@ -789,7 +789,7 @@ def test_smoke(flavour):
 def test_warm_noop_is_fast(tmp_path):
     """With the real cache: flavours already built are a no-op (< 30 s) that only
     (re)links a fresh dist dir, as in a fresh clone."""
-    env = clean_env(BRC_MERGE_OFFLINE=1, BRC_MERGE_DIST=tmp_path / "dist")
+    env = build_env(BRC_MERGE_OFFLINE=1, BRC_MERGE_DIST=tmp_path / "dist")
     for k in ("BRC_MERGE_CACHE", "BRC_MERGE_SOURCE"):
         if os.environ.get(k):
             env[k] = os.environ[k]
@@ -817,7 +817,7 @@ def test_concurrent_builds_of_a_flavour_serialize(fake):
     (fake.cache / "build").mkdir(parents=True)
     with open(fake.cache / "build" / "ft.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        e = clean_env(BRC_MERGE_CACHE=fake.cache, BRC_MERGE_DIST=fake.dist, BRC_MERGE_OFFLINE=1)
+        e = build_env(BRC_MERGE_CACHE=fake.cache, BRC_MERGE_DIST=fake.dist, BRC_MERGE_OFFLINE=1)
         proc = subprocess.Popen([str(BUILD_SH), "--source", str(fake.tree), "--patches", str(fake.patches),
                                  "--no-deps", "ft"], env=e, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -842,7 +842,7 @@ def test_upstream_backport_applies_with_zero_fuzz(line):
     """patches/<line>/compare/upstream.series names one patch, the series'
     own first, the backport of gh-157838's fix (flavour ft-upstream), which
     applies to the pinned base exactly, without building anything."""
-    env = clean_env()
+    env = build_env()
     for k in ("BRC_MERGE_CACHE", "BRC_MERGE_SOURCE"):
         if os.environ.get(k):
             env[k] = os.environ[k]

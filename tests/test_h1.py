@@ -19,8 +19,8 @@ import subprocess
 
 import pytest
 
-from conftest import dist_python
-from test_scenarios import SCENARIO_DIR, clean_env
+from conftest import clean_env, dist_python
+from test_scenarios import SCENARIO_DIR
 
 SCRIPT = str(SCENARIO_DIR / "h1_decref.py")
 INSIDE = "MainThread at BINARY_OP_ADD_FLOAT"
@@ -28,7 +28,7 @@ INSIDE = "MainThread at BINARY_OP_ADD_FLOAT"
 
 def run(flavour):
     return subprocess.run([str(dist_python(flavour)), SCRIPT],
-                          env=clean_env({}), capture_output=True, text=True,
+                          env=clean_env(), capture_output=True, text=True,
                           timeout=120)
 
 

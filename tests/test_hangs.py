@@ -14,8 +14,8 @@ import sys
 
 import pytest
 
-from conftest import dist_python
-from test_scenarios import SCENARIO_DIR, clean_env
+from conftest import clean_env, dist_python
+from test_scenarios import SCENARIO_DIR
 
 SCRIPT = str(SCENARIO_DIR / "tasks_fork_exit.py")
 FORKS = int(os.environ.get("BRC_MERGE_HANG_FORKS", "150"))
@@ -32,7 +32,7 @@ FLAVOURS = ["ft", "ft-brc", "main-ft", "main-ft-brc"]
 def test_fork_children_exit(flavour):
     python = dist_python(flavour)
     p = subprocess.run([str(python), SCRIPT, "fork", str(FORKS)],
-                       env=clean_env({}), capture_output=True, text=True,
+                       env=clean_env(), capture_output=True, text=True,
                        timeout=FORKS * 4 + 60)
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout) == {"forks": FORKS, "hung": 0}
@@ -49,7 +49,7 @@ def test_exits_with_daemon_threads_freeing_tasks(flavour):
     for _ in range(EXITS):
         try:
             p = subprocess.run([str(python), SCRIPT, "exit", "0.3"],
-                               env=clean_env({}), capture_output=True,
+                               env=clean_env(), capture_output=True,
                                text=True, timeout=EXIT_TIMEOUT)
         except subprocess.TimeoutExpired:
             hung += 1

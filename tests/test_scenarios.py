@@ -39,12 +39,11 @@ are not built yet are skipped (conftest.dist_python).
 """
 
 import json
-import os
 import subprocess
 
 import pytest
 
-from conftest import FLAVOURS, MAIN_FLAVOURS, ROOT, dist_python
+from conftest import FLAVOURS, MAIN_FLAVOURS, ROOT, clean_env, dist_python
 
 SCENARIO_DIR = ROOT / "tests" / "scenarios"
 
@@ -87,17 +86,10 @@ SCENARIOS += [pytest.param(["blocking.py", "--kind", kind, "--no-wait"],
 MERGED_FOR_BLOCKED = ("merged_on_behalf",)
 
 
-def clean_env(extra):
-    # Inherited PYTHON* variables (PYTHON_GIL, PYTHONPATH, the knob, ...)
-    # would change what is measured.  Not -I/-E: they would hide the knob.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    env.update(extra)
-    return env
-
-
 def run_scenario(python, script, options, env, deadline):
     cmd = [str(python), *options, str(SCENARIO_DIR / script[0]), *script[1:],
            "--deadline", str(deadline)]
+    # clean_env, not -I/-E: they would hide the knob
     proc = subprocess.run(cmd, env=clean_env(env), capture_output=True,
                           text=True, timeout=TIMEOUT, cwd=str(ROOT))
     assert proc.returncode == 0, (

@@ -1,6 +1,12 @@
 """The harness's view of the machine: where the builds are, whether one is
 running, clean environments, the per-flavour bench venvs, machine facts.
-Runs in the host venv."""
+Runs in the host venv.
+
+The tests import it too (tests/conftest.py): it is the one home of where
+the builds are (dist_dir, dist_python), the environment a built
+interpreter runs in (clean_env) and build.sh's table of flavours
+(build_list).  So it imports nothing of the harness at module level.
+"""
 
 import functools
 import hashlib
@@ -9,8 +15,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-
-import manifest
 
 BENCH = Path(__file__).resolve().parent.parent
 ROOT = BENCH.parent
@@ -29,6 +33,7 @@ def dist_dir():
 
 
 def dist_python(flavour):
+    """dist/<flavour>/bin/python3, or None where that flavour is not built."""
     py = dist_dir() / flavour / "bin" / "python3"
     return py if py.exists() and os.access(py, os.X_OK) else None
 
@@ -73,12 +78,21 @@ def wait_for_builds(max_wait):
         time.sleep(10)
 
 
-def clean_env(extra=None):
-    """os.environ without PYTHON* (PYTHON_GIL, PYTHONPATH, the knob...)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    env.pop("VIRTUAL_ENV", None)
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    env.update(extra or {})
+def clean_env(extra=None, *, drop=(), write_bytecode=False):
+    """os.environ for a child process, then `extra` (values made str).
+
+    Without PYTHON* (PYTHON_GIL, PYTHONPATH, the knob...: they would change
+    what a built interpreter does), the host venv's VIRTUAL_ENV, and the
+    variables starting with a prefix in `drop` (e.g. the caller's
+    BRC_MERGE_* for build.sh, TSAN_/ASAN_ for the sanitizer runs).
+    PYTHONDONTWRITEBYTECODE=1 unless write_bytecode: no __pycache__ of each
+    flavour in the repo; regrtest wants it unset (some tests skip with it).
+    """
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTHON", *drop)) and k != "VIRTUAL_ENV"}
+    if not write_bytecode:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env.update({k: str(v) for k, v in (extra or {}).items()})
     return env
 
 
@@ -109,6 +123,8 @@ def ensure_venv(flavour):
 
 
 def machine_info():
+    import manifest     # here: the tests import this module without it
+
     def sh(*cmd):
         try:
             return subprocess.run(cmd, capture_output=True, text=True,
@@ -176,11 +192,15 @@ def machine_info():
 
 
 def build_list():
-    """build.sh's table of flavours (`build.sh --list`): one dict a row."""
+    """build.sh's table of flavours (`build.sh --list`): one dict a row, in
+    its order; keys from its header (flavour line group gil description
+    patches checking san), values as printed (strings)."""
     out = subprocess.run([str(ROOT / "build.sh"), "--list"], check=True,
-                         capture_output=True, text=True).stdout.splitlines()
+                         capture_output=True, text=True,
+                         timeout=60).stdout.splitlines()
     header = out[0].lstrip("# ").split("\t")
-    return [dict(zip(header, row.split("\t"))) for row in out[1:]]
+    return [dict(zip(header, row.split("\t"))) for row in out[1:]
+            if row and not row.startswith("#")]
 
 
 def flavours(line):

@@ -28,8 +28,8 @@ import subprocess
 
 import pytest
 
-from conftest import ROOT, dist_python
-from test_scenarios import SCENARIO_DIR, TIMEOUT, clean_env, run_scenario
+from conftest import ROOT, clean_env, dist_python
+from test_scenarios import SCENARIO_DIR, TIMEOUT, run_scenario
 
 LINE = os.environ.get("BRC_MERGE_COMPARE_LINE", "3.14")
 TRIALS = int(os.environ.get("BRC_MERGE_COMPARE_TRIALS", "10"))
@@ -149,7 +149,7 @@ def summarise(counts, trials):
 
 def run_properties(python, args):
     cmd = [str(python), str(SCENARIO_DIR / "properties.py"), *args]
-    p = subprocess.run(cmd, env=clean_env({}), capture_output=True,
+    p = subprocess.run(cmd, env=clean_env(), capture_output=True,
                        text=True, timeout=TIMEOUT * 3, cwd=str(ROOT))
     assert p.returncode == 0, "%s\n%s%s" % (" ".join(cmd), p.stdout, p.stderr)
     return json.loads(p.stdout.strip().splitlines()[-1])
@@ -273,7 +273,7 @@ def test_reentry(row, flavour):
     if flavour not in _REENTRY_RUNS:
         cmd = [str(dist_python(PREFIX + flavour)), str(SCENARIO_DIR / "reentry.py"),
                "--objects", "100000", "--trials", str(max(TRIALS // 3, 1))]
-        p = subprocess.run(cmd, env=clean_env({}), capture_output=True, text=True,
+        p = subprocess.run(cmd, env=clean_env(), capture_output=True, text=True,
                            timeout=TIMEOUT * 5, cwd=str(ROOT))
         assert p.returncode == 0, "%s\n%s%s" % (" ".join(cmd), p.stdout, p.stderr)
         _REENTRY_RUNS[flavour] = json.loads(p.stdout.strip().splitlines()[-1])
