@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, dist_dir
+from conftest import ROOT, built_python
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -61,8 +61,7 @@ STOCK_NAMES = {"ft": "stock ft", "ft-upstream": "ft-upstream"}
 
 def built(flavours):
     """Those of the flavours that are built (dist_python() would skip)."""
-    return [f for f in flavours
-            if os.access(dist_dir() / f / "bin" / "python3", os.X_OK)]
+    return [f for f in flavours if built_python(f)]
 
 
 @pytest.fixture(scope="module")

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, dist_dir, dist_python
+from conftest import ROOT, clean_env, dist_dir, dist_python
 from test_scenarios import FREED_MARGIN, FREE_DEADLINE, check_brc_stats, run_scenario
 
 pytestmark = pytest.mark.timeout(300)
@@ -106,10 +106,9 @@ def require_uv(env):
 
 def uv_env(cache, home):
     """uv's managed Pythons (and their links) under home, nothing from the caller's."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PYTHON", "UV_")) and k != "VIRTUAL_ENV"}
-    env.update(UV_CACHE_DIR=str(cache), UV_PYTHON_INSTALL_DIR=str(home / "pythons"),
-               UV_PYTHON_BIN_DIR=str(home / "bin"), UV_NO_CONFIG="1")
+    env = clean_env(dict(UV_CACHE_DIR=cache, UV_PYTHON_INSTALL_DIR=home / "pythons",
+                         UV_PYTHON_BIN_DIR=home / "bin", UV_NO_CONFIG=1),
+                    drop=("UV_",), write_bytecode=True)
     require_uv(env)
     return env
 
@@ -188,9 +187,8 @@ def test_build_info(unpacked):
 
 
 def test_runs_elsewhere_with_uv(work, unpacked):
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("PYTHON") and k != "VIRTUAL_ENV"}
-    env.update(UV_CACHE_DIR=str(work / "uv-cache"), UV_PYTHON_DOWNLOADS="never")
+    env = clean_env(dict(UV_CACHE_DIR=work / "uv-cache", UV_PYTHON_DOWNLOADS="never"),
+                    write_bytecode=True)
     require_uv(env)
     python = unpacked / "bin" / "python3"
 
