@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from conftest import clean_env, dist_python
+from conftest import FLAVOUR_TABLE, clean_env, dist_python
 from test_scenarios import SCENARIO_DIR
 
 SCRIPT = str(SCENARIO_DIR / "tasks_fork_exit.py")
@@ -25,10 +25,13 @@ EXIT_TIMEOUT = 10       # seconds; an exit not done by then is hung
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="os.pidfd_open() and fork")
 
-FLAVOURS = ["ft", "ft-brc", "main-ft", "main-ft-brc"]
+# The free-threaded builds of both lines, stock and patched (ft, ft-brc,
+# main-ft, main-ft-brc), from build.sh's table.
+FREE_THREADED = [r["flavour"] for r in FLAVOUR_TABLE
+                 if r["group"] in ("core", "main") and r["gil"] == "False"]
 
 
-@pytest.mark.parametrize("flavour", FLAVOURS)
+@pytest.mark.parametrize("flavour", FREE_THREADED)
 def test_fork_children_exit(flavour):
     python = dist_python(flavour)
     p = subprocess.run([str(python), SCRIPT, "fork", str(FORKS)],
@@ -42,7 +45,7 @@ def test_fork_children_exit(flavour):
 # at shutdown holding it, hung 1 of 63 exits on v4's main-ft-brc before its
 # fix (0003 in v5; test_gc.test_exit_while_a_daemon_waits_for_a_bucket pins
 # it); with the fix, 0 of 200 on ft-brc.
-@pytest.mark.parametrize("flavour", FLAVOURS)
+@pytest.mark.parametrize("flavour", FREE_THREADED)
 def test_exits_with_daemon_threads_freeing_tasks(flavour):
     python = dist_python(flavour)
     hung = 0
