@@ -87,7 +87,7 @@ prefix() {
 
 hazards() {
     local failed=0 work=$cache/series-check/hazards python switch seed found
-    [[ $# -gt 0 ]] || set -- nest-guard no-bound no-hand-on
+    [[ $# -gt 0 ]] || set -- nest-guard no-bound no-hand-on no-twin-check
     mapfile -t series < <(series_of 3.14)
     python=$(build 3.14 "$work" "${series[@]}" tests/stress/hazards.patch) ||
         { echo "FAIL build ($work/build.log)"; return 1; }

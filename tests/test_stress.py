@@ -192,6 +192,14 @@ def test_mix(flavour):
     assert len(reentry) == 1 and len(reentry[0]["shapes"]) == 5, report
     if patched:
         assert not reentry[0]["known_defects"], report
+    # the second-thread-state shapes ran: both where the series' probe is,
+    # the reused id everywhere (ft-upstream's abort there is not judged)
+    twins = [run for run in r["runs"] if run["kind"] == "twins"]
+    assert len(twins) == 1, report
+    if patched:
+        shapes = twins[0]["shapes"]
+        assert all(shapes[s]["run"] and shapes[s]["trials"] > 0
+                   for s in ("swapped", "reused-id")), report
     mains = [run for run in r["runs"] if run["kind"] == "main"]
     assert mains and all(run["created"] > 0 and run["sentinel_rounds"] > 0 for run in mains), report
     if patched:

@@ -31,6 +31,15 @@ own with a deadline, and prints one JSON line (--json) or a summary:
              ft-upstream lose stream finalizers to RecursionError (a stock
              defect that 0010 fixes): there the loss is reported with its
              count, not judged; the waiting shapes are judged everywhere.
+  twins      drops to an owner with a second thread state (review 5's C,
+             0009; tests/scenarios/twins.py): one it swapped in and runs
+             Python in (the series' probe; not run elsewhere, and said so),
+             and one an exited thread left bound, whose id the owner reuses
+             (ctypes, every flavour).  No object may be finalised while its
+             owner holds it, twice, or never.  Judged on a patched flavour;
+             elsewhere reported, not judged: ft-upstream merges on behalf of
+             the exited thread's state while the owner counts references
+             and aborts ("called on object with a non-zero refcount").
   legacy     the same in a legacy subinterpreter (which shares the main
              interpreter's objects and switches merging on behalf off).
              Reported, not judged (--judge-subinterpreters judges them),
@@ -107,6 +116,7 @@ sys.path.append(os.path.join(TESTS, "scenarios"))
 sys.path.append(os.path.join(os.path.dirname(TESTS), "bench", "workloads"))
 from _probes import brc_stats  # noqa: E402
 from reentry import stream_shape, waiting_shape  # noqa: E402
+import twins  # noqa: E402
 
 # --with-thread-sanitizer puts the flag in PY_CFLAGS, not CONFIG_ARGS
 TSAN = "-fsanitize=thread" in (__import__("sysconfig").get_config_var("PY_CFLAGS") or "")
@@ -702,6 +712,13 @@ def child_reentry(seed):
             "known_defects": known, "shapes": shapes}
 
 
+def child_twins(seed):
+    n, trials = (2_000, 4) if TSAN else (20_000, 10)
+    shapes = twins.run(("swapped", "reused-id"), n, trials)
+    fails = twins.failures(shapes)
+    return {"kind": "twins", "ok": not fails, "failures": fails, "shapes": shapes}
+
+
 # -- the supervisor ------------------------------------------------------------
 
 def run_child(kind, seed, seconds, threshold, deadline):
@@ -737,7 +754,9 @@ def run_child(kind, seed, seconds, threshold, deadline):
     if p.returncode != 0:
         fails.append("exit status %s" % p.returncode)
     if "Fatal Python error" in err or "Traceback" in err and kind != "main":
-        fails.append("stderr has an error")
+        first = next((ln for ln in err.splitlines()
+                      if "Assertion failed" in ln or "Fatal Python error" in ln), "")
+        fails.append("stderr has an error" + (": " + first[-200:] if first else ""))
     r["ok"] = not fails
     if fails:
         r["stderr_tail"] = err[-4000:]
@@ -762,6 +781,7 @@ def supervise(args):
     plan = [("main", seed + i, main_s, th, main_s * 3 + 90) for i, th in enumerate(thresholds)]
     plan += [("exit", seed + 10 + i, 1.5, thresholds[0], 30) for i in range(5)]
     plan.append(("reentry", seed + 30, 0, thresholds[0], 240 if TSAN else 120))
+    plan.append(("twins", seed + 40, 0, thresholds[0], 240 if TSAN else 120))
     judged = {"isolated": args.judge_subinterpreters or sys.version_info >= (3, 15),
               "legacy": args.judge_subinterpreters}
     # Under TSan a part that is not judged would still count its reports:
@@ -773,7 +793,7 @@ def supervise(args):
         r = run_child(kind, s, secs, th, deadline)
         if kind in judged and not judged[kind]:
             r["judged"], r["ok"] = False, True     # stock crashes there too
-        if not patched and stock_reentry_loss(r):
+        if not patched and (stock_reentry_loss(r) or kind == "twins" and r["failures"]):
             r["known_defects"] = r["failures"]
             r["failures"], r["ok"] = [], True
         if r.get("known_defects"):
@@ -811,7 +831,8 @@ def main(argv=None):
     ap.add_argument("--judge-subinterpreters", action="store_true",
                     help="judge the subinterpreter parts that stock fails too "
                     "(docs/reliability.md)")
-    ap.add_argument("--child", choices=("main", "exit", "reentry", "isolated", "legacy"))
+    ap.add_argument("--child", choices=("main", "exit", "reentry", "twins", "isolated",
+                                             "legacy"))
     args = ap.parse_args(argv)
     if not args.child:
         return supervise(args)
@@ -821,6 +842,8 @@ def main(argv=None):
     seed = args.seed if args.seed is not None else 1
     if args.child == "reentry":
         r = child_reentry(seed)
+    elif args.child == "twins":
+        r = child_twins(seed)
     elif args.child in ("main", "exit"):
         r = child_main(seed, args.seconds, args.child == "exit")
     else:
