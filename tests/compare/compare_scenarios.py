@@ -29,35 +29,27 @@ import subprocess
 import pytest
 
 from conftest import ROOT, clean_env, dist_python
-from test_scenarios import SCENARIO_DIR, TIMEOUT, run_scenario
+from test_scenarios import F, L, R, SCENARIO_DIR, SCENARIOS, TIMEOUT, expected, run_scenario
 
 LINE = os.environ.get("BRC_MERGE_COMPARE_LINE", "3.14")
 TRIALS = int(os.environ.get("BRC_MERGE_COMPARE_TRIALS", "10"))
 PREFIX = "" if LINE == "3.14" else LINE + "-"
-COLUMNS = [f for f in ("gil", "ft", "ft-upstream", "ft-brc")
-           if PREFIX == "" or f != "gil"]
+# The flavours compared, by their 3.14 names (main: main-<name>, no gil).
+COMPARED = ("gil", "ft", "ft-upstream", "ft-brc")
+COLUMNS = [f for f in COMPARED if PREFIX == "" or f != "gil"]
 REPORT = ROOT / "tests" / "results" / f"compare-{LINE}.md"
 
-F, R, L = "frees", "retains", "leaves behind"
-
-# row -> (scenario arguments, trials, {flavour: expected}, why)
-# blocking.py: the owner is parked before the drop; -nowait drops as soon as
-# it is past its last eval breaker check, so the drop may land while it
-# still spins attached before it parks.
-BLOCKING = {
-    kind: (["blocking.py", "--kind", kind], 1,
-           {"gil": F, "ft": R, "ft-upstream": F, "ft-brc": F}, "")
-    for kind in ("event", "condition", "sleep", "lock", "select", "queue")
-}
-BLOCKING["mp-queue"] = (["mp_queue.py"], 1,
-                        {"gil": F, "ft": R, "ft-upstream": F, "ft-brc": F},
-                        "a DataLoader-like feeder thread")
-for kind in ("event", "condition", "lock", "queue"):
-    BLOCKING[kind + "-nowait"] = (
-        ["blocking.py", "--kind", kind, "--no-wait"], TRIALS,
-        {"gil": F, "ft": R, "ft-upstream": L, "ft-brc": F},
-        "ft-upstream: a drop that lands while the owner spins attached is "
-        "left to it; ft-brc: the owner asks for help as it parks (0004)")
+# row -> (scenario arguments, trials, {flavour: expected}, why): the
+# scenarios of test_scenarios.py, with their outcomes from its table; a row
+# with a racy cell runs TRIALS times.
+WHY = {"mp-queue": "a DataLoader-like feeder thread"}
+WHY.update({row: "ft-upstream: a drop that lands while the owner spins attached is "
+                 "left to it; ft-brc: the owner asks for help as it parks (0004)"
+            for row in SCENARIOS if row.endswith("-nowait")})
+BLOCKING = {}
+for row, script in SCENARIOS.items():
+    cells = {f: expected(row, f) for f in COMPARED}
+    BLOCKING[row] = (script, TRIALS if L in cells.values() else 1, cells, WHY.get(row, ""))
 
 # properties.py rows: (arguments, {flavour: expected}, why)
 PROPERTIES = {
