@@ -13,7 +13,7 @@ MAIN_FLAVOURS are the stock and patched free-threaded builds of CPython main
 and COMPARE_FLAVOURS stock plus the backport of upstream's fix, which
 dist_python() also accepts. All come from build.sh's table of flavours
 (`build.sh --list`: groups core, main, checking and compare), in its order;
-FLAVOUR_TABLE is that table, one dict a row, for other selections.
+FLAVOUR_TABLE is that table, one dict a row; table_flavours() selects from it.
 """
 import sys
 from pathlib import Path
@@ -29,7 +29,16 @@ from env import build_list, clean_env, dist_dir  # noqa: E402,F401  (re-exported
 from env import dist_python as built_python  # noqa: E402
 
 FLAVOUR_TABLE = build_list()
-FLAVOUR_GROUPS = {group: tuple(r["flavour"] for r in FLAVOUR_TABLE if r["group"] == group)
+
+
+def table_flavours(*groups, **columns):
+    """The flavours of FLAVOUR_TABLE in one of `groups` whose `columns` have
+    those values, as build.sh prints them (gil="False"), in its order."""
+    return tuple(r["flavour"] for r in FLAVOUR_TABLE
+                 if r["group"] in groups and all(r[k] == v for k, v in columns.items()))
+
+
+FLAVOUR_GROUPS = {group: table_flavours(group)
                   for group in dict.fromkeys(r["group"] for r in FLAVOUR_TABLE)}
 FLAVOURS = FLAVOUR_GROUPS["core"]
 MAIN_FLAVOURS = FLAVOUR_GROUPS["main"]

@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from conftest import FLAVOUR_TABLE, dist_python
+from conftest import dist_python, table_flavours
 
 # The suites next to what the series changes: biased refcounting and thread
 # states (test_free_threading, test_threading), the C API and internal probes
@@ -34,8 +34,7 @@ def regrtest(python, *args, env=None):
 
 # The patched flavour of each line, 3.14 and main (ft-brc, main-ft-brc),
 # from build.sh's table: the series on a build without checking options.
-PATCHED = [r["flavour"] for r in FLAVOUR_TABLE
-           if r["group"] in ("core", "main") and r["patches"] == "series"]
+PATCHED = table_flavours("core", "main", patches="series")
 
 
 @pytest.mark.parametrize("flavour", PATCHED)

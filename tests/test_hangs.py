@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from conftest import FLAVOUR_TABLE, clean_env, dist_python
+from conftest import clean_env, dist_python, table_flavours
 from test_scenarios import SCENARIO_DIR
 
 SCRIPT = str(SCENARIO_DIR / "tasks_fork_exit.py")
@@ -27,8 +27,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
 
 # The free-threaded builds of both lines, stock and patched (ft, ft-brc,
 # main-ft, main-ft-brc), from build.sh's table.
-FREE_THREADED = [r["flavour"] for r in FLAVOUR_TABLE
-                 if r["group"] in ("core", "main") and r["gil"] == "False"]
+FREE_THREADED = table_flavours("core", "main", gil="False")
 
 
 @pytest.mark.parametrize("flavour", FREE_THREADED)
