@@ -171,8 +171,9 @@ bench: flavours ft-upstream bench-venv ## full benchmarks (~21 min, incl. ~4.5 m
 
 # The same for CPython main (main-ft, main-ft-brc; no GIL build, so no gil
 # ratios): -> bench/results/<timestamp>/ with "line": "main" in info.json.
+# The groups whose manifest entry lists the main line (all but T2I, PP, TORCH).
 bench-main: main-flavours main-ft-upstream bench-venv ## full benchmarks on main-ft / main-ft-upstream / main-ft-brc (no gil, no torch)
-	$(DIST_ENV) $(VENV)/bin/python bench/harness/run.py --line main --mode full --groups M1,M2,T1,BURST,T2,PEER,CG $(BENCH_ARGS)
+	$(DIST_ENV) $(VENV)/bin/python bench/harness/run.py --line main --mode full $(BENCH_ARGS)
 
 bench-fast: flavours bench-venv ## quick benchmarks (about 5 min, CI) -> bench/results/fast/report.md
 	$(DIST_ENV) $(VENV)/bin/python bench/harness/run.py --mode fast $(BENCH_ARGS)

@@ -21,9 +21,9 @@ import statistics
 import sys
 from pathlib import Path
 
-from suites import (FLAVOUR_ORDER, M1_ORDER, M2_ORDER, MiB, T1_BENCHES,
-                    T1_ORDER, T2_BENCHES, TORCH_SHAPES, all_values, get_bench,
-                    label, load_suites, pct, round_ratios)
+from suites import (FLAVOUR_ORDER, MiB, T1_BENCHES, T2_BENCHES, TORCH_SHAPES,
+                    all_values, get_bench, label, load_suites, order, pct,
+                    round_ratios)
 from results import Results
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,7 +72,7 @@ def m2_ecdf(ax, suites, legend, **kw):
     """Step ECDF of M2's free latency in ms, a line per flavour labelled
     legend(config, sorted values); False where no flavour has it."""
     drew = False
-    for config in M2_ORDER:
+    for config in order("M2"):
         b = get_bench(suites, config, "m2_free_latency")
         if b is None:
             continue
@@ -90,7 +90,7 @@ def m2_ecdf(ax, suites, legend, **kw):
 def plot_memory(results, out):
     plt = pyplot()
     runs = []
-    for config in M1_ORDER:
+    for config in order("M1"):
         f = Results(results).timeline("M1", config)
         if f.exists():
             runs.append((config, json.loads(f.read_text())))
@@ -159,7 +159,7 @@ def plot_throughput(suites, out):
     plt = pyplot()
     panels = []
     # T1: throughput relative to ft-brc threshold 0, per benchmark
-    t1 = throughput_rows(suites, T1_BENCHES, "ft-brc-t0", T1_ORDER[1:],
+    t1 = throughput_rows(suites, T1_BENCHES, "ft-brc-t0", order("T1")[1:],
                          lambda n, c: "%s %s" % (n[3:], label(c)))
     if t1:
         panels.append(("T1: throughput vs ft-brc threshold 0 (higher is "

@@ -74,5 +74,6 @@ class Results:
         return self.path / (name + ".png")
 
     def mkdirs(self):
-        for sub in ("timelines", "burst"):
-            (self.path / sub).mkdir(parents=True, exist_ok=True)
+        # a jsonl group's folder: run.py makes it before the group's script
+        # appends to it
+        (self.path / "timelines").mkdir(parents=True, exist_ok=True)

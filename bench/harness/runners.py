@@ -1,6 +1,7 @@
 """The groups that do not run in interleaved rounds: instruction counts
 (CG, T2I), pyperformance (PP), torch jobs (TORCH) and T1's paired runs;
-each is run_<runner>(bench) for its manifest entry's runner."""
+each is run_<runner>(ctx) for its manifest entry's runner, ctx a Context:
+the group's configurations, its settings in the mode, where results go."""
 
 import json
 import os
@@ -10,13 +11,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import env
-import manifest
 import report
 from env import (HARNESS, ROOT, VENVS, WORKLOADS, clean_env, dist_python,
                  log, wait_for_builds)
+from results import Results
 
 TORCH_SPEC = os.environ.get("BENCH_TORCH_SPEC", "torch==2.14.1")
 TORCH_CHECK = ("import torch, numpy; print('torch', torch.__version__, "
@@ -27,11 +30,33 @@ CACHEGRIND = ["--tool=cachegrind", "--cache-sim=no",
               "--cachegrind-out-file=/dev/null"]
 
 
+@dataclass(frozen=True)
+class Context:
+    """What a runner gets (run.py makes one a group): no more of the run
+    than that group needs."""
+    group: str
+    configs: list           # the group's configurations that are built
+    flavours: dict          # config -> the flavour it runs (dist/ name)
+    extra: dict             # config -> its extra environment (the knob)
+    pythons: dict           # config -> its flavour's bench venv python
+    settings: dict          # the group's settings in this mode
+    rounds: int
+    plan: tuple             # the manifest's (name, args, configs) runs
+    res: Results            # the results directory's file names
+    # run_script(config, round, extra=(), label=None) -> stdout: one run
+    # of the group's workload, as the manifest's `output` says
+    run_script: Callable
+    env: Callable           # env(config, round) -> environment
+    skipped: dict           # the run's: key -> why not run
+    info: dict              # the run's info.json
+
+
 # -- valgrind (CG, T2I) -----------------------------------------------
 
-def find_valgrind(bench, group):
+def find_valgrind(ctx, what=None):
     """Path of valgrind, installed with apt-get if missing and we are
-    root; None (and the group marked skipped) if there is none."""
+    root; None (and `what`, by default the group, marked skipped) if
+    there is none."""
     valgrind = shutil.which("valgrind")
     if not valgrind and os.geteuid() == 0 and shutil.which("apt-get"):
         log("installing valgrind")
@@ -39,8 +64,8 @@ def find_valgrind(bench, group):
                        capture_output=True)
         valgrind = shutil.which("valgrind")
     if not valgrind:
-        bench.skipped[group] = ("valgrind not installed (apt-get install "
-                               "valgrind)")
+        ctx.skipped[what or ctx.group] = ("valgrind not installed "
+                                          "(apt-get install valgrind)")
     return valgrind
 
 def two_at_a_time(jobs, cwd=None):
@@ -83,21 +108,20 @@ def two_at_a_time(jobs, cwd=None):
 
 # -- callgrind --------------------------------------------------------
 
-def run_callgrind(bench):
-    valgrind = find_valgrind(bench, "CG")
+def run_callgrind(ctx):
+    valgrind = find_valgrind(ctx)
     if not valgrind:
         return
-    configs = bench.available(manifest.GROUPS["CG"].configs)
-    n = bench.cfg["callgrind_n"]
+    n = ctx.settings["callgrind_n"]
     jobs = []
-    for config in configs:
-        py = bench.pythons[manifest.CONFIGS[config][0]]
-        for size in [0] + [n] * bench.cfg["callgrind_reps"]:
+    for config in ctx.configs:
+        py = ctx.pythons[config]
+        for size in [0] + [n] * ctx.settings["callgrind_reps"]:
             cmd = [valgrind, "--tool=callgrind",
                    "--callgrind-out-file=/dev/null", "--fair-sched=yes",
                    str(py), str(WORKLOADS / "bm_t1_handoff.py"), "--fixed",
                    str(size)]
-            jobs.append(((config, size), cmd, bench.env_for(config, 0)))
+            jobs.append(((config, size), cmd, ctx.env(config, 0)))
     counts = {}
     stats = {}
     for (config, size), rc, out, err, _ in two_at_a_time(jobs):
@@ -118,11 +142,11 @@ def run_callgrind(bench):
               "(droppers sleep first so that owners are detached even "
               "under valgrind); instructions of N minus those of N=0 "
               "(startup)", "counts": counts, "brc_stats": stats}
-    bench.res.callgrind.write_text(json.dumps(result, indent=1))
+    ctx.res.callgrind.write_text(json.dumps(result, indent=1))
 
 # -- T2 in instructions -----------------------------------------------
 
-def run_t2i(bench):
+def run_t2i(ctx):
     """T2I: instructions per loop of single-threaded pyperformance
     benchmarks, counted by cachegrind (--cache-sim=no: it only counts
     instructions; 1.7x faster than callgrind).
@@ -151,30 +175,29 @@ def run_t2i(bench):
     the next.
     -> callgrind_t2.json
     """
-    settings = dict(manifest.MODES["full"]["t2i"])
-    settings.update(bench.cfg.get("t2i") or {})
-    valgrind = find_valgrind(bench, "T2I")
+    settings = ctx.settings["t2i"]
+    valgrind = find_valgrind(ctx)
     if not valgrind:
         return
     try:
         import pyperformance
     except ImportError:
-        bench.skipped["T2I"] = ("pyperformance is not installed in the "
-                               "host venv (bench/harness/requirements.txt)")
+        ctx.skipped[ctx.group] = ("pyperformance is not installed in the "
+                                  "host venv (bench/harness/requirements.txt)")
         return
     bmdir = Path(pyperformance.__file__).parent / "data-files" / \
         "benchmarks"
-    configs = bench.available(manifest.GROUPS["T2I"].configs)
+    configs = ctx.configs
     if "ft" not in configs or len(configs) < 2:
-        bench.skipped["T2I"] = "needs ft and ft-brc built"
+        ctx.skipped[ctx.group] = "needs ft and ft-brc built"
         return
     names = []
     for name in settings["benchmarks"]:
         if (bmdir / ("bm_" + name) / "run_benchmark.py").exists():
             names.append(name)
         else:
-            bench.skipped["T2I/" + name] = ("no %s/bm_%s/run_benchmark.py"
-                                           % (bmdir, name))
+            ctx.skipped[ctx.group + "/" + name] = (
+                "no %s/bm_%s/run_benchmark.py" % (bmdir, name))
     loops, reps = settings["loops"], settings["reps"]
     version = subprocess.run([valgrind, "--version"], capture_output=True,
                              text=True).stdout.strip()
@@ -209,14 +232,13 @@ def run_t2i(bench):
     todo = {name: list(range(settings["layouts"])) for name in names}
     def job(config, name, layout, n):
         """(command, environment) of one cachegrind run."""
-        flavour, extra = manifest.CONFIGS[config]
         # A fixed environment (the layout depends on its size), not
         # the caller's.
         env = {"HOME": os.environ.get("HOME", "/"), "LANG": "C.UTF-8",
                "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0",
                "BENCH_T2I_LAYOUT": "%d:%s" % (layout, "x" * (24 * layout))}
-        env.update(extra)
-        cmd = tool + [str(bench.pythons[flavour]),
+        env.update(ctx.extra[config])
+        cmd = tool + [str(ctx.pythons[config]),
                       str(WORKLOADS / "_t2i_worker.py"),
                       str(bmdir / ("bm_" + name) / "run_benchmark.py")]
         cmd += [a.format(loops=n) for a in worker]
@@ -256,8 +278,7 @@ def run_t2i(bench):
     result["seconds"] = {c: {k: round(v, 1) for k, v in d.items()}
                          for c, d in seconds.items()}
     result["wall_s"] = round(time.monotonic() - t0, 1)
-    bench.res.t2i.write_text(
-        json.dumps(result, indent=1))
+    ctx.res.t2i.write_text(json.dumps(result, indent=1))
 
 # -- pyperformance ----------------------------------------------------
 
@@ -289,40 +310,41 @@ def t2i_more_layouts(result, max_layouts):
     return todo
 
 
-def run_pyperformance(bench):
-    names = bench.cfg["pyperformance"]
+def run_pyperformance(ctx):
+    names = ctx.settings["pyperformance"]
     pyperformance = Path(sys.executable).parent / "pyperformance"
     if not pyperformance.exists():
-        bench.skipped["PP"] = "pyperformance is not installed in the host venv"
+        ctx.skipped[ctx.group] = ("pyperformance is not installed in the "
+                                  "host venv")
         return
     workdir = VENVS / "pyperformance"
     workdir.mkdir(parents=True, exist_ok=True)
-    bench.res.pyperformance_dir.mkdir(exist_ok=True)
-    for flavour in bench.available(manifest.GROUPS["PP"].configs):
-        base = dist_python(flavour)
-        out = bench.res.pyperformance(flavour)
+    ctx.res.pyperformance_dir.mkdir(exist_ok=True)
+    for config in ctx.configs:
+        base = dist_python(ctx.flavours[config])
+        out = ctx.res.pyperformance(config)
         cmd = [str(pyperformance), "run", "--fast", "--timeout", "600",
                "--python", str(base),
                "-b", ",".join(names), "-o", str(out)]
         t = time.monotonic()
         p = subprocess.run(cmd, cwd=str(workdir), env=clean_env(),
                            capture_output=True, text=True)
-        bench.res.pyperformance(flavour, "log").write_text(p.stdout
-                                                          + p.stderr)
-        log("PP    %-12s %5.1fs exit %d" % (flavour, time.monotonic() - t,
+        ctx.res.pyperformance(config, "log").write_text(p.stdout
+                                                       + p.stderr)
+        log("PP    %-12s %5.1fs exit %d" % (config, time.monotonic() - t,
                                            p.returncode))
         if p.returncode != 0 or not out.exists():
             tail = "\n".join((p.stdout + p.stderr).splitlines()[-5:])
-            bench.skipped["PP/" + flavour] = (
+            ctx.skipped[ctx.group + "/" + config] = (
                 "pyperformance failed (see pyperformance/%s.log): %s"
-                % (flavour, tail))
+                % (config, tail))
 
 # -- torch ------------------------------------------------------------
 
-def torch_ready(bench, flavour):
-    """Install TORCH_SPEC + numpy into the flavour's bench venv unless
-    they import; returns None or why not."""
-    py = bench.pythons[flavour]
+def torch_ready(ctx, config):
+    """Install TORCH_SPEC + numpy into the configuration's flavour's bench
+    venv unless they import; returns None or why not."""
+    flavour, py = ctx.flavours[config], ctx.pythons[config]
     venv = VENVS / flavour
     check = subprocess.run([str(py), "-c", TORCH_CHECK], env=clean_env(),
                            capture_output=True, text=True)
@@ -341,7 +363,7 @@ def torch_ready(bench, flavour):
         "downloaded once into pip's cache), installed about 5 GB per "
         "venv; %.0f GB free. Takes 1-5 minutes."
         % (flavour, TORCH_SPEC, venv.relative_to(ROOT), free))
-    logfile = bench.res.torch_install_log(flavour)
+    logfile = ctx.res.torch_install_log(flavour)
     t = time.monotonic()
     with open(logfile, "w") as f:
         p = subprocess.run([str(py), "-m", "pip", "install",
@@ -359,51 +381,54 @@ def torch_ready(bench, flavour):
         % (flavour, time.monotonic() - t, venv.relative_to(ROOT), size))
     return None
 
-def run_torch(bench):
+def run_torch(ctx):
     if os.environ.get("BENCH_TORCH") not in ("1", "yes", "true"):
-        bench.skipped["TORCH"] = (
+        ctx.skipped[ctx.group] = (
             "opt-in: `make bench-torch` or BENCH_TORCH=1 (installs %s "
             "into each flavour's bench venv, about 5 GB each; never in "
             "bench-fast/CI)" % TORCH_SPEC)
         return
+    # a configuration of each flavour the plan runs, in its order
+    first = {}
+    for _, _, configs in ctx.plan:
+        for c in configs:
+            if c in ctx.pythons:
+                first.setdefault(ctx.flavours[c], c)
     ok = []
-    flavours = {manifest.CONFIGS[c][0]: None for _, _, configs in manifest.TORCH_PLAN
-                for c in configs if c in manifest.CONFIGS}   # ordered, unique
-    for flavour in [f for f in flavours if f in bench.pythons]:
-        why = torch_ready(bench, flavour)
+    for flavour, config in first.items():
+        why = torch_ready(ctx, config)
         if why:
-            bench.skipped["TORCH/" + flavour] = why
+            ctx.skipped[ctx.group + "/" + flavour] = why
             log("TORCH %s: skipped: %s" % (flavour, why))
         else:
             ok.append(flavour)
     if not ok:
-        bench.skipped.setdefault("TORCH", "torch could not be installed "
-                                "for any flavour")
+        ctx.skipped.setdefault(ctx.group, "torch could not be installed "
+                               "for any flavour")
         return
     wait_for_builds(3600)
-    bench.info["torch_plan"] = [[n, a] for n, a, _ in manifest.TORCH_PLAN]
-    rounds = bench.rounds("TORCH")
+    ctx.info["torch_plan"] = [[n, list(a)] for n, a, _ in ctx.plan]
     log("TORCH: %d rounds of %s on %s (about 6 minutes per round on 2 "
-        "cores)"
-        % (rounds, ", ".join(n for n, _, _ in manifest.TORCH_PLAN), ", ".join(ok)))
-    for r in range(rounds):
-        for name, args, configs in manifest.TORCH_PLAN:
+        "cores)" % (ctx.rounds, ", ".join(n for n, _, _ in ctx.plan),
+                    ", ".join(ok)))
+    for r in range(ctx.rounds):
+        for name, args, configs in ctx.plan:
             configs = [c for c in configs
-                       if c in manifest.CONFIGS and manifest.CONFIGS[c][0] in ok]
+                       if c in ctx.flavours and ctx.flavours[c] in ok]
             if not configs:
                 continue
             k = r % len(configs)
             for config in configs[k:] + configs[:k]:
-                tl = bench.res.torch_timeline(name, config, r)
-                bench.run_script("TORCH", config, r,
-                                args + ["--timeline", str(tl)],
-                                label="T:" + name)
+                tl = ctx.res.torch_timeline(name, config, r)
+                ctx.run_script(config, r, list(args) + ["--timeline",
+                                                        str(tl)],
+                               label="T:" + name)
 
 
-def run_tool(bench, label, cmd):
+def run_tool(ctx, label, cmd):
     """Run one of bench/'s standalone measurements; log its output."""
     t = time.monotonic()
-    proc = subprocess.run(cmd, env=clean_env(), cwd=str(bench.res.path),
+    proc = subprocess.run(cmd, env=clean_env(), cwd=str(ctx.res.path),
                           capture_output=True, text=True)
     log("T1P   %-12s %5.1fs  %s" % (label, time.monotonic() - t,
                                     proc.stdout.strip()[:110]))
@@ -413,38 +438,37 @@ def run_tool(bench, label, cmd):
                          % (Path(cmd[1]).name, label, proc.returncode))
 
 
-def run_t1_paired(bench):
+def run_t1_paired(ctx):
     """T1 ping-pong and clear, threshold 1 against 0 alternating in one
     ft-brc process (workloads/t1_paired.py), and ft-brc against stock ft
     and ft-upstream in alternating processes (t1_vs_ft.py): the rounds
     above move by +-30 % on this VM, more than the 2 % goal."""
-    flavour = manifest.CONFIGS["ft-brc"][0]
-    if flavour not in bench.pythons:
-        bench.skipped["T1P"] = "needs ft-brc built"
+    if "ft-brc" not in ctx.pythons:
+        ctx.skipped["T1P"] = "needs ft-brc built"
         return
-    pairs = bench.cfg.get("t1_paired_pairs", 60)
+    brc = str(ctx.pythons["ft-brc"])
+    pairs = ctx.settings.get("t1_paired_pairs", 60)
     # Blocks of 300 ping-pong round trips (~35 ms) or 40 clear rounds
     # (~85 ms).
     for workload, block in (("pingpong", 300), ("clear", 40)):
-        run_tool(bench, workload, [
-            str(bench.pythons[flavour]), str(WORKLOADS / "t1_paired.py"),
+        run_tool(ctx, workload, [
+            brc, str(WORKLOADS / "t1_paired.py"),
             "--workload", workload, "--round-trips", str(block),
-            "--pairs", str(pairs), "--json", str(bench.res.t1_paired(workload))])
+            "--pairs", str(pairs), "--json", str(ctx.res.t1_paired(workload))])
     for against in ("ft", "ft-upstream"):
-        if against not in bench.cfg["t1_vs"]:
-            bench.skipped["T1P/" + against] = "full `make bench` only"
+        if against not in ctx.settings.get("t1_vs", []):
+            ctx.skipped["T1P/" + against] = "full `make bench` only"
             continue
-        if manifest.CONFIGS[against][0] not in bench.pythons:
-            bench.skipped["T1P/" + against] = "needs %s built" % against
+        if against not in ctx.pythons:
+            ctx.skipped["T1P/" + against] = "needs %s built" % against
             continue
         for workload in ("pingpong", "clear"):
-            run_tool(bench, workload + "/" + against, [
+            run_tool(ctx, workload + "/" + against, [
                 sys.executable, str(HARNESS / "t1_vs_ft.py"),
                 "--workload", workload,
-                "--pairs", str(bench.cfg.get("t1_vs_ft_pairs", 10)),
-                "--python", str(bench.pythons[flavour]),
-                "--against", str(bench.pythons[manifest.CONFIGS[against][0]]),
-                "--json", str(bench.res.t1_vs(against, workload))])
+                "--pairs", str(ctx.settings.get("t1_vs_ft_pairs", 10)),
+                "--python", brc, "--against", str(ctx.pythons[against]),
+                "--json", str(ctx.res.t1_vs(against, workload))])
 
 
 # -- PEER ---------------------------------------------------------------
@@ -467,12 +491,12 @@ def ftscaling_args(threads, scale):
         ["--parallel-only", "-t", str(threads)])
 
 
-def ftscaling(bench, config, script, threads, scale):
+def ftscaling(ctx, config, script, threads, scale):
     """{workload: ms} of one ftscalingbench process."""
-    cmd = [str(bench.pythons[manifest.CONFIGS[config][0]]), str(script)] \
+    cmd = [str(ctx.pythons[config]), str(script)] \
         + ftscaling_args(threads, scale)
     try:
-        p = subprocess.run(cmd, env=bench.env_for(config, 0),
+        p = subprocess.run(cmd, env=ctx.env(config, 0),
                            capture_output=True, text=True, timeout=900)
     except subprocess.TimeoutExpired:
         raise SystemExit("PEER: ftscalingbench timed out after 900 s for %s"
@@ -484,7 +508,7 @@ def ftscaling(bench, config, script, threads, scale):
     return times
 
 
-def ftscaling_instructions(bench, scripts):
+def ftscaling_instructions(ctx, scripts):
     """{config: {threads: instructions per unit of --scale}} of the whole
     ftscalingbench under cachegrind, (I(2S) - I(S)) / S, on 1 and on 2
     threads (valgrind runs one thread at a time: extra work shows,
@@ -492,19 +516,18 @@ def ftscaling_instructions(bench, scripts):
     by tens of per cent; a count does not.  One process counts every
     workload: a process a workload would take 20 times as long (start-up
     under valgrind is ~10 s)."""
-    scale = bench.cfg.get("ftscaling_count_scale")
-    valgrind = scale and find_valgrind(bench, "PEER/instructions")
+    scale = ctx.settings.get("ftscaling_count_scale")
+    valgrind = scale and find_valgrind(ctx, ctx.group + "/instructions")
     if not valgrind:
         return {}
     tool = [valgrind] + CACHEGRIND + ["--fair-sched=yes"]
     jobs = []
     for config, script in scripts.items():
-        py = str(bench.pythons[manifest.CONFIGS[config][0]])
+        py = str(ctx.pythons[config])
         for threads in (1, 2):
             for s in (scale, 2 * scale):
                 cmd = tool + [py, str(script)] + ftscaling_args(threads, s)
-                jobs.append(((config, threads, s), cmd,
-                             bench.env_for(config, 0)))
+                jobs.append(((config, threads, s), cmd, ctx.env(config, 0)))
     counts = {}
     for key, rc, out, err, sec in two_at_a_time(jobs):
         counts[key] = cachegrind_count(rc, out, err, "PEER %s" % (key,))
@@ -514,24 +537,24 @@ def ftscaling_instructions(bench, scripts):
                 / scale for t in (1, 2)} for c in scripts}
 
 
-def detach_instructions(bench, configs):
+def detach_instructions(ctx, configs):
     """{config: {workload: instructions per call}} of bm_detach.py --fixed,
     counted as T2I counts: (I(N calls) - I(0 calls)) / N, the same
     workload's setup in both."""
-    n = bench.cfg["detach_calls"]
-    valgrind = n and find_valgrind(bench, "PEER/instructions")
+    n = ctx.settings["detach_calls"]
+    valgrind = n and find_valgrind(ctx, ctx.group + "/instructions")
     if not valgrind:
         return {}
     tool = [valgrind] + CACHEGRIND
     jobs = []
     for config in configs:
-        py = str(bench.pythons[manifest.CONFIGS[config][0]])
+        py = str(ctx.pythons[config])
         for name in ("detach_sleep0", "detach_read"):
             for calls in (0, n):
                 cmd = tool + [py, str(WORKLOADS / "bm_detach.py"),
                               "--fixed", str(calls), name]
                 jobs.append(((config, name, calls), cmd,
-                             bench.env_for(config, 0)))
+                             ctx.env(config, 0)))
     counts = {}
     for (config, name, calls), rc, out, err, _ in two_at_a_time(jobs):
         counts[config, name, calls] = cachegrind_count(
@@ -541,42 +564,42 @@ def detach_instructions(bench, configs):
             for c in configs}
 
 
-def run_peer(bench):
+def run_peer(ctx):
     """PEER: CPython's own Tools/ftscalingbench (every workload, on 1 and
     2 threads), taken from each flavour's source tree, and the detach path
     (workloads/bm_detach.py: time per call in each round, instructions per
     call under cachegrind), on ft, ft-upstream and ft-brc, the order
     rotated every round.  -> peer.json and the configurations' suites."""
-    configs = bench.available(manifest.GROUPS["PEER"].configs)
+    configs = ctx.configs
     if "ft" not in configs or "ft-brc" not in configs:
-        bench.skipped["PEER"] = "needs ft and ft-brc built"
+        ctx.skipped[ctx.group] = "needs ft and ft-brc built"
         return
-    scripts = {c: ftscaling_script(manifest.CONFIGS[c][0]) for c in configs}
+    scripts = {c: ftscaling_script(ctx.flavours[c]) for c in configs}
     for c in [c for c in configs if not scripts[c]]:
-        bench.skipped["PEER/ftscalingbench/" + c] = (
+        ctx.skipped[ctx.group + "/ftscalingbench/" + c] = (
             "no Tools/ftscalingbench in %s's source tree (build.sh keeps it "
             "in its cache's build/<flavour>/src: rebuild with ./build.sh %s)"
-            % (c, manifest.CONFIGS[c][0]))
-    scale = bench.cfg["ftscaling_scale"]
+            % (c, ctx.flavours[c]))
+    scale = ctx.settings["ftscaling_scale"]
     peer = {"scale": scale, "threads": [1, 2],
             "scripts": {c: str(s) for c, s in scripts.items() if s},
             "ftscaling": {c: {"1": {}, "2": {}} for c in configs if scripts[c]}}
-    for r in range(bench.rounds("PEER")):
+    for r in range(ctx.rounds):
         k = r % len(configs)
         for config in configs[k:] + configs[:k]:
             t = time.monotonic()
             for threads in (1, 2) if scripts[config] else ():
-                for name, ms in ftscaling(bench, config, scripts[config],
+                for name, ms in ftscaling(ctx, config, scripts[config],
                                           threads, scale).items():
                     peer["ftscaling"][config][str(threads)].setdefault(
                         name, []).append(ms)
             log("PEER  r%d %-12s %5.1fs  ftscalingbench --scale %d, 1 and 2 "
                 "threads" % (r, config, time.monotonic() - t, scale))
-            bench.run_script("PEER", config, r)
-    peer["instructions"] = detach_instructions(bench, configs)
+            ctx.run_script(config, r)
+    peer["instructions"] = detach_instructions(ctx, configs)
     peer["ftscaling_instructions"] = ftscaling_instructions(
-        bench, {c: s for c, s in scripts.items() if s})
-    peer["ftscaling_count_scale"] = bench.cfg.get("ftscaling_count_scale")
-    peer["detach_calls"] = bench.cfg["detach_calls"]
-    peer["rounds"] = bench.rounds("PEER")
-    bench.res.peer.write_text(json.dumps(peer, indent=1))
+        ctx, {c: s for c, s in scripts.items() if s})
+    peer["ftscaling_count_scale"] = ctx.settings.get("ftscaling_count_scale")
+    peer["detach_calls"] = ctx.settings["detach_calls"]
+    peer["rounds"] = ctx.rounds
+    ctx.res.peer.write_text(json.dumps(peer, indent=1))

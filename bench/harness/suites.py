@@ -1,32 +1,42 @@
 """The pyperf suites of a results directory and what every reader of them
-shares: the configurations' order and labels, the benchmarks' names, the
-values of each round and the ratios between rounds.  report/ and plots.py
-both read through here."""
+shares: the configurations' order (the manifest's) and labels, the
+benchmarks' names, the values of each round and the ratios between rounds.
+report/ and plots.py both read through here."""
 
 import statistics
 import sys
 
 import pyperf
 
+import manifest
 from results import Results
 
 MiB = 1 << 20
-T1_ORDER = ["ft-brc-t0", "ft-brc", "ft-brc-t2", "ft-brc-t10",
-            "ft-brc-t100", "ft", "ft-upstream", "gil"]
-# ft-upstream: stock ft + the backport of upstream's fix
-FLAVOUR_ORDER = ["gil", "ft", "ft-upstream", "ft-brc"]
-BURST_ORDER = FLAVOUR_ORDER + ["ft-brc-t0"]
-M1_ORDER = FLAVOUR_ORDER
-M2_ORDER = FLAVOUR_ORDER
+
+
+def order(group):
+    """A group's configurations in the order its report tables list them:
+    the manifest's."""
+    return list(manifest.GROUPS[group].configs)
+
+
+# The flavours, each in its plain configuration (ft-upstream: stock ft +
+# the backport of upstream's fix).
+FLAVOUR_ORDER = [c for c, (_, extra) in manifest.CONFIGS.items() if not extra]
 LABEL = {"ft-brc": "ft-brc (default, =1)", "ft-brc-t0": "ft-brc t=0 (off)",
          "ft-brc-t2": "ft-brc t=2", "ft-brc-t10": "ft-brc t=10",
          "ft-brc-t100": "ft-brc t=100"}
 T1_BENCHES = ["t1_pingpong_cpu", "t1_pingpong_wall", "t1_clear_cpu",
               "t1_clear_wall"]
 T2_BENCHES = ["t2_nbody", "t2_dict_str", "t2_alloc", "t2_recursion"]
-TORCH_SHAPES = ["current", "cam4", "cam8", "cam4-stack", "ddp"]
-TORCH_REPROS = ["repro", "repro-stack"]
-TORCH_REPRO_CONFIGS = ["gil", "ft", "ft-upstream", "ft-brc", "ft-brc-t0"]
+# The torch runs of the manifest's plan: the public thread's repro (and its
+# variants), then the job shapes.
+_TORCH_PLAN = manifest.GROUPS["TORCH"].plan
+TORCH_REPROS = [n for n, args, _ in _TORCH_PLAN if args[:2] == ["--shape",
+                                                                "repro"]]
+TORCH_SHAPES = [n for n, _, _ in _TORCH_PLAN if n not in TORCH_REPROS]
+TORCH_REPRO_CONFIGS = list(next(cs for n, _, cs in _TORCH_PLAN
+                                if n in TORCH_REPROS))
 
 
 def label(config):

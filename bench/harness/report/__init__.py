@@ -1,20 +1,30 @@
 """Turn a results dir of bench/harness/run.py into compare_to tables, plots
 and report.md (`python bench/harness/run.py --report-only DIR`).  Runs in the
-host venv (pyperf, matplotlib).  One module a section, each with
-section(ctx) -> lines; common.py holds what they share."""
+host venv (pyperf, matplotlib).  One module a section, each declaring its
+SECTION (common.Section: its headings, writer and goal rows); the
+manifest's groups name them and set their order.  common.py holds what they
+share."""
 
+import importlib
 import json
 
+import manifest
 from results import Results
 
 from suites import load_suites
-from . import burst, memory, peer, single, t1, torchjob
-from .common import Context, GOAL_T2I, table
-from .single import t2i_per_loop
+from .common import Context, table
+from .single import GOAL_T2I, t2i_per_loop
 
-__all__ = ["write_report", "t2i_per_loop", "GOAL_T2I"]
+__all__ = ["write_report", "sections", "t2i_per_loop", "GOAL_T2I"]
 
-SECTIONS = [memory, t1, burst, peer, single, torchjob]
+
+def sections():
+    """Every Section, in the manifest's order: where the first group that
+    names it stands."""
+    names = dict.fromkeys(g.section for g in manifest.GROUPS.values()
+                          if g.section)
+    return [importlib.import_module("." + name, __name__).SECTION
+            for name in names]
 
 
 def machine_rows(info):
@@ -73,8 +83,8 @@ def write_report(results):
         "threads, and is skipped when not built." % info.get("line", "3.14"),
         ""]
     body = []
-    for section in SECTIONS:
-        body += section.section(ctx)
+    for section in sections():
+        body += section.write(ctx)
     other = {k: v for k, v in info.get("skipped", {}).items()
              if not k.startswith("TORCH")}
     if other:

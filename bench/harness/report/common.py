@@ -1,30 +1,32 @@
-"""What every section of the report shares: goals, orders, labels, loading
-pyperf suites, ratios over rounds, formatting, and the one table helper."""
+"""What every section of the report shares: the Section each module
+declares, the stock builds goal rows put ft-brc beside, loading pyperf
+suites, ratios over rounds, formatting, and the one table helper."""
 
 import statistics
 import subprocess
 import sys
+from dataclasses import dataclass
+from typing import Callable
 
 from results import Results
 from stats import median_iqr as _median_iqr
 from suites import MiB, all_values, get_bench, summary, values_by_round
 
+
+@dataclass(frozen=True)
+class Section:
+    """A module's part of report.md; the manifest's groups name it (their
+    `section`) and place it: where the first of them stands."""
+    headings: tuple         # its "## " headings, in the order it writes them
+    write: Callable         # write(ctx) -> lines; adds its goal rows to ctx
+    # The goal rows it adds to a quick (smoke or fast) report, every number
+    # written N; tests/test_bench_report.py expects them in this order and
+    # fills {stock} (a row per stock build), {beside} and {fast}.
+    goals: tuple = ()
+
+
 # what ft-brc is put beside in the goal rows
 STOCK = ["ft", "ft-upstream"]
-
-# Goals from the issue
-GOAL_M1 = 1.05      # ft-brc RSS <= 1.05 x gil
-GOAL_M2 = 1e-3      # ft-brc p99 free latency <= 1 ms
-GOAL_T1 = 1.10      # ft-brc default CPU time <= 1.10 x threshold 0 (and ft)
-GOAL_T1_UPSTREAM = 1.0   # ... and <= 1.0 x ft-upstream (issue 25)
-
-
-def t1_goal(stock):
-    return GOAL_T1_UPSTREAM if stock.endswith("ft-upstream") else GOAL_T1
-GOAL_TORCH = 1.05   # ft-brc steady job memory <= 1.05 x gil
-GOAL_T2I = 1.005    # single-threaded instructions ft-brc (and t=0) <= x ft
-GOAL_BURST_SUSPENSIONS = 10     # ft-brc frees a blocked owner's burst in
-GOAL_BURST_LATENCY = 2e-3       # ... and lets it run within 2 ms of waking
 
 
 def stock_name(config):

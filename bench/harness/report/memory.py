@@ -6,17 +6,31 @@ import statistics
 
 import plots
 
-from suites import (M1_ORDER, M2_ORDER, MiB, all_values, label, pct,
-                    round_ratios, values_by_round)
-from .common import (GOAL_M1, GOAL_M2, above_baseline_ratios, compare_to,
-                     fmt_ratio, fmt_summary, fmt_time, table)
+from suites import (MiB, all_values, label, order, pct, round_ratios,
+                    values_by_round)
+from .common import (Section, above_baseline_ratios, compare_to, fmt_ratio,
+                     fmt_summary, fmt_time, table)
+
+# Goals from the issue
+GOAL_M1 = 1.05      # ft-brc RSS <= 1.05 x gil
+GOAL_M2 = 1e-3      # ft-brc p99 free latency <= 1 ms
 
 M1_METRICS = [("m1_peak_rss", "peak"), ("m1_steady_rss", "steady"),
               ("m1_rest_rss", "rest")]
+M1_HEADING = "## M1: DataLoader-like producer memory"
+M2_HEADING = "## M2: free latency with a blocked owner"
 
 
 def section(ctx):
     return m1(ctx) + m2(ctx)
+
+
+SECTION = Section(
+    (M1_HEADING, M2_HEADING), section,
+    ("MN peak RSS ft-brc / gil <= N",
+     "MN steady RSS ft-brc / gil <= N",
+     "MN steady RSS above the interpreter's baseline, ft-brc / gil <= N",
+     "MN free latency pN ft-brc <= N ms"))
 
 
 def m1_last_run(ctx, config):
@@ -60,7 +74,7 @@ def m1_row(ctx, config):
 
 
 def m1(ctx):
-    md = ["## M1: DataLoader-like producer memory", ""]
+    md = [M1_HEADING, ""]
     md += [
         "Producer process: the multiprocessing.Queue feeder thread creates "
         "shared-memory storages while pickling (registered in a producer-side "
@@ -74,7 +88,7 @@ def m1(ctx):
         "time-average also reflects how long each phase of the loop takes "
         "in each build, not only what is held. For memory, compare_to's "
         "'slower' means 'more'.", ""]
-    rows = [m1_row(ctx, config) for config in M1_ORDER
+    rows = [m1_row(ctx, config) for config in order("M1")
             if ctx.bench(config, "m1_peak_rss") is not None]
     if not rows:
         return md + ["*not run*", ""]
@@ -85,7 +99,7 @@ def m1(ctx):
     out = ctx.results.plot("m1_memory")
     if plots.plot_memory(ctx.path, out):
         md += ["![M1 memory over time](%s)" % out.name, ""]
-    c = compare_to(ctx.path, "gil", M1_ORDER[1:],
+    c = compare_to(ctx.path, "gil", order("M1")[1:],
                    [m for m, _ in M1_METRICS], ctx.suites)
     if c:
         md += ["```\n%s\n```" % c, ""]
@@ -93,13 +107,13 @@ def m1(ctx):
 
 
 def m2(ctx):
-    md = ["## M2: free latency with a blocked owner", "",
+    md = [M2_HEADING, "",
           "Time from the last cross-thread decref to the weakref callback, "
           "the owner thread blocked in Event.wait(50 ms) or "
           "select()+os.read() (alternating). Stock ft frees when the owner "
           "wakes, so its latency is bounded by that timeout.", ""]
     rows = []
-    for config in M2_ORDER:
+    for config in order("M2"):
         b = ctx.bench(config, "m2_free_latency")
         if b is None:
             continue

@@ -6,13 +6,14 @@ import statistics
 
 from stats import spread
 from suites import round_ratios
-from .common import fmt_ratio, fmt_time, table
+from .common import Section, fmt_ratio, fmt_time, table
 
 GOAL_FTSCALING = 1.03   # no ftscalingbench workload >= 1.03 x ft on ft-brc
 GOAL_DETACH = 1.05      # the detach path <= 1.05 x ft in time
 GOAL_SPREAD = 0.05      # rounds of one workload within 5 % of each other
 OTHERS = ["ft-upstream", "ft-brc"]
 DETACH = ["detach_sleep0", "detach_read", "detach_lock"]
+HEADING = "## PEER: CPython's ftscalingbench and the detach path"
 
 
 def per_round(values, ref):
@@ -152,7 +153,7 @@ def detach(ctx, d):
 
 
 def section(ctx):
-    out = ["## PEER: CPython's ftscalingbench and the detach path", ""]
+    out = [HEADING, ""]
     f = ctx.results.peer
     if not f.exists():
         return out + ["*not run*", ""]
@@ -162,3 +163,13 @@ def section(ctx):
     else:
         goals(ctx, {}, [], 0)
     return out + detach(ctx, d)
+
+
+SECTION = Section(
+    (HEADING,), section,
+    ("PEER ftscalingbench: no workload >= Nx ft on ft-brc (N and N threads, "
+     "median of per-round ratios)",
+     "PEER ftscalingbench: each workload's spread over rounds < N %",
+     "PEER detach path detach_sleepN: ft-brc time / ft <= N",
+     "PEER detach path detach_read: ft-brc time / ft <= N",
+     "PEER detach path detach_lock: ft-brc time / ft <= N"))

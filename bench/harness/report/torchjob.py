@@ -7,9 +7,12 @@ import plots
 from plots import torch_timelines
 
 from suites import (FLAVOUR_ORDER, MiB, TORCH_REPROS, TORCH_REPRO_CONFIGS,
-                    TORCH_SHAPES, all_values, label, round_ratios,
+                    TORCH_SHAPES, all_values, label, order, round_ratios,
                     values_by_round)
-from .common import GOAL_TORCH, STOCK, beside, fmt_ratio, table
+from .common import STOCK, Section, beside, fmt_ratio, table
+
+GOAL_TORCH = 1.05   # ft-brc steady job memory <= 1.05 x gil
+HEADING = "## Real DataLoader (torch)"
 
 
 def fmt_mib_range(values):
@@ -47,7 +50,7 @@ def fmt_frees(frees):
 
 
 def section(ctx):
-    md = ["## Real DataLoader (torch)", ""]
+    md = [HEADING, ""]
     torch_skips = {k: v for k, v in ctx.info.get("skipped", {}).items()
                    if k.startswith("TORCH")}
     repro = repro_lines(ctx)
@@ -155,7 +158,7 @@ def job_lines(ctx):
         # ft-brc-t0 (run.py --torch-t0): merging on behalf off in the same
         # binary, the fairest "stock" beside ft-brc.
         tls = {c: torch_timelines(ctx.path, name, c)
-               for c in FLAVOUR_ORDER + ["ft-brc-t0"]}
+               for c in order("TORCH")}
         if any(tls.values()):
             md += shape_lines(ctx, name, tls)
     return ["### Job memory", "", JOB_INTRO, ""] + md if md else []
@@ -247,3 +250,6 @@ def shape_goal(ctx, name):
                  "ft-brc %s%s" % (fmt_ratio(r), beside(steady)),
                  statistics.median(r) <= GOAL_TORCH)
     return md
+
+
+SECTION = Section((HEADING,), section)     # full `make bench` only
