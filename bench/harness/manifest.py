@@ -153,6 +153,9 @@ GROUPS = {g.name: g for g in [
           modes=quick(3, 5, {"smoke": ["--timeout", "1"],
                              "fast": ["--timeout", "1"],
                              "full": ["--timeout", "10"]})),
+    Group("XFREE", "cross-thread frees, owners blocked on an Event",
+          THREADED, "bm_xfree.py", "pyperf", section="xfree",
+          modes=quick(3, 5)),
     # ftscalingbench --scale (fast 100: 10-130 ms a workload), counted in
     # instructions at --scale S and 2S (full: 12 cachegrind runs, ~3
     # minutes), and the calls of each detach workload counted under
