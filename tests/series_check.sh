@@ -5,6 +5,7 @@
 # CI: minutes per build.
 #
 #   tests/series_check.sh prefix [LINE...]       (make prefix-check)
+#       [BRC_MERGE_PREFIX_FROM=K: from the K-th prefix on]
 #       every prefix of a line's series (its first patch, its first two,
 #       ...) builds and passes test_free_threading.test_gc, so that the
 #       series can be bisected and taken a patch at a time; default: both
@@ -66,7 +67,9 @@ prefix() {
         [[ -f patches/$line/series ]] || { echo "series_check: no line $line" >&2; exit 2; }
         mapfile -t series < <(series_of "$line")
         work=$cache/series-check/prefix-$line
-        for ((k = 1; k <= ${#series[@]}; k++)); do
+        # BRC_MERGE_PREFIX_FROM=K: start at the K-th prefix (the earlier
+        # ones passed before, unchanged)
+        for ((k = ${BRC_MERGE_PREFIX_FROM:-1}; k <= ${#series[@]}; k++)); do
             local label="$line prefix $k/${#series[@]} (${series[k-1]:0:40})"
             if ! python=$(build "$line" "$work" "${series[@]:0:k}"); then
                 echo "FAIL $label: build ($work/build.log)"

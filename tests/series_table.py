@@ -12,7 +12,8 @@ A document marks a generated table with
     <!-- /series-table -->
 
 and a single number with `<!-- series LINE FACT -->N<!-- /series -->`, FACT
-one of the keys of facts().  tests/test_patches.py fails when a marked place
+one of the keys of facts() (patches, mechanism, probes, tests, a kind's
+mechanism such as follow-up, or one patch's: mechanism-0004).  tests/test_patches.py fails when a marked place
 differs from what this prints.
 
 Net lines: added minus removed lines of each patch's diff, by file: Doc/,
@@ -36,7 +37,7 @@ KINDS = (("Backport", "backport"),
          ("Inappropriate", "distribution only"))
 
 BLOCK = re.compile(r"(<!-- series-table (\S+) -->\n)(.*?)(<!-- /series-table -->)", re.S)
-VALUE = re.compile(r"(<!-- series (\S+) ([a-z-]+) -->)([^<]*)(<!-- /series -->)")
+VALUE = re.compile(r"(<!-- series (\S+) ([a-z0-9-]+) -->)([^<]*)(<!-- /series -->)")
 
 
 def series(line):
@@ -127,6 +128,7 @@ def facts(line):
     """The numbers docs may quote, by name."""
     rows = patches(line)
     f = {"patches": len(rows)}
+    f.update((f"mechanism-{r[1][:4]}", r[3]["mechanism"]) for r in rows)
     for part in PARTS:
         f[part] = sum(r[3][part] for r in rows)
     for _, kind in KINDS:
