@@ -137,16 +137,23 @@ def facts(line):
     return f
 
 
+def hazard(text):
+    """The hazard of part 1 (H1-H5) a follow-up's Description names."""
+    m = re.search(r"^Description:.*\n?.*?\((H\d)\b", text, re.M)
+    return m.group(1) if m else ""
+
+
 def table(line):
     rows = patches(line)
-    out = ["| order | patch | subject | kind | mechanism / probes / tests |",
-           "|---|---|---|---|---|"]
+    out = ["| order | patch | subject | kind | hazard | mechanism / probes / tests |",
+           "|---|---|---|---|---|---|"]
     for k, name, fields, n, kind in rows:
         subject = re.sub(r"^\[PATCH[^\]]*\] ", "", fields.get("Subject", "?"))
-        out.append(f"| {k} | `{name[:4]}` | {subject} | {kind} | "
+        h = hazard((PATCHES / line / name).read_text())
+        out.append(f"| {k} | `{name[:4]}` | {subject} | {kind} | {h} | "
                    + " / ".join(str(n[p]) for p in PARTS) + " |")
     f = facts(line)
-    out.append("| | | total | | " + " / ".join(str(f[p]) for p in PARTS) + " |")
+    out.append("| | | total | | | " + " / ".join(str(f[p]) for p in PARTS) + " |")
     out.append("")
     out.append("Mechanism by kind: "
                + "; ".join(f"{kind} {f[kind.replace(' ', '-').replace('distribution-only', 'distribution')]}"
