@@ -713,7 +713,7 @@ def child_reentry(seed):
 
 
 def child_twins(seed):
-    n, trials = (2_000, 4) if TSAN else (20_000, 10)
+    n, trials = (2_000, 4) if TSAN else (20_000, 30)
     shapes = twins.run(("swapped", "reused-id"), n, trials)
     fails = twins.failures(shapes)
     return {"kind": "twins", "ok": not fails, "failures": fails, "shapes": shapes}
