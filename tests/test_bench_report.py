@@ -100,3 +100,34 @@ def test_every_built_flavour_in_the_tables(report):
                 unbuilt.add(f.split(" ")[0])
     if unbuilt:     # the others were checked; these could not be
         pytest.skip("not built, so not looked for: %s" % ", ".join(sorted(unbuilt)))
+
+
+def test_xfree_counted_table(tmp_path):
+    """The XFREE section renders a full run's callgrind_xfree.json (no
+    timings here): instructions with their ratios to gil and ft-upstream,
+    and the groups table, from a small fixture."""
+    import json
+    from report.common import Context
+    from results import Results
+
+    def run(instructions, owners):
+        return {"instructions": instructions, "atomics": 2.0,
+                "owner_instructions": owners,
+                "groups": {"drop loop": 10.0, "other": instructions - 10}}
+
+    def config(instructions, owners):
+        return {"owners": 4, "objects": 12000, "tool": "valgrind-3.19.0",
+                "dropper": {"clear": "py_list_clear", "pop": "builtin_all"},
+                "owner_merge": "_Py_brc_merge_refcounts",
+                "groups": ["drop loop", "other"],
+                "scenarios": {"clear_blocked": run(instructions, owners)}}
+    Results(tmp_path).xfree_callgrind.write_text(json.dumps({"configs": {
+        "gil": config(200.0, None), "ft-upstream": config(400.0, 100.0)}}))
+    section = next(s for s in report_sections()
+                   if s.headings[0].startswith("## XFREE"))
+    text = "\n".join(section.write(Context(tmp_path, {}, {})))
+    assert ("| clear, owners blocked | gil | 200.0 | 1.00x | 0.50x | 2.0 | – "
+            "| 200.0 | 1.00x | 0.40x |") in text, text
+    assert ("| clear, owners blocked | ft-upstream | 400.0 | 2.00x | 1.00x | "
+            "2.0 | 100.0 | 500.0 | 2.50x | 1.00x |") in text, text
+    assert "| clear, owners blocked | ft-upstream | 10.0 | 390.0 |" in text

@@ -153,9 +153,12 @@ GROUPS = {g.name: g for g in [
           modes=quick(3, 5, {"smoke": ["--timeout", "1"],
                              "fast": ["--timeout", "1"],
                              "full": ["--timeout", "10"]})),
-    Group("XFREE", "cross-thread frees, owners blocked on an Event",
+    # then: the drops counted under callgrind (full: callgrind_objects
+    # lists per owner, ~2.5 minutes for the four flavours)
+    Group("XFREE", "cross-thread frees, owners blocked or running",
           THREADED, "bm_xfree.py", "pyperf", section="xfree",
-          modes=quick(3, 5)),
+          then="xfree_callgrind",
+          modes=quick(3, 5, callgrind_objects={"full": 3000})),
     # ftscalingbench --scale (fast 100: 10-130 ms a workload), counted in
     # instructions at --scale S and 2S (full: 12 cachegrind runs, ~3
     # minutes), and the calls of each detach workload counted under

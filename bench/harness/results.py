@@ -19,6 +19,8 @@ class Results:
     report = property(lambda self: self.path / "report.md")
     callgrind = property(lambda self: self.path / "callgrind.json")
     t2i = property(lambda self: self.path / "callgrind_t2.json")
+    xfree_callgrind = property(lambda self: self.path
+                               / "callgrind_xfree.json")
     peer = property(lambda self: self.path / "peer.json")
     pyperformance_dir = property(lambda self: self.path / "pyperformance")
 

@@ -144,6 +144,39 @@ def run_callgrind(ctx):
               "(startup)", "counts": counts, "brc_stats": stats}
     ctx.res.callgrind.write_text(json.dumps(result, indent=1))
 
+
+def run_xfree_callgrind(ctx):
+    """XFREE counted: bm_xfree.py --callgrind on each configuration, per
+    dropped object the dropping thread's instructions and atomics (by
+    function group) and the owners' merging.  One valgrind at a time:
+    about 45 s a free-threaded configuration, 20 s gil.
+    -> callgrind_xfree.json"""
+    objects = ctx.settings.get("callgrind_objects")
+    if not objects:
+        ctx.skipped[ctx.group + "/callgrind"] = "full `make bench` only"
+        return
+    valgrind = find_valgrind(ctx, ctx.group + "/callgrind")
+    if not valgrind:
+        return
+    result = {"objects_per_owner": objects, "configs": {}}
+    for config in ctx.configs:
+        cmd = [str(ctx.pythons[config]), str(WORKLOADS / "bm_xfree.py"),
+               "--callgrind", "--valgrind", valgrind, "--objects",
+               str(objects)]
+        t = time.monotonic()
+        p = subprocess.run(cmd, env=ctx.env(config, 0), capture_output=True,
+                           text=True)
+        if p.returncode != 0:
+            raise SystemExit("XFREE --callgrind failed for %s:\n%s%s"
+                             % (config, p.stdout[-1000:], p.stderr[-2000:]))
+        out = result["configs"][config] = json.loads(
+            p.stdout.strip().splitlines()[-1])
+        log("XFREE %-12s %5.1fs  callgrind, instructions per object: %s"
+            % (config, time.monotonic() - t, ", ".join(
+                "%s %s" % (s, v["instructions"])
+                for s, v in out["scenarios"].items())))
+    ctx.res.xfree_callgrind.write_text(json.dumps(result, indent=1))
+
 # -- T2 in instructions -----------------------------------------------
 
 def run_t2i(ctx):
