@@ -1242,6 +1242,8 @@ main() {
                 BRC_MERGE_OFFLINE "$OFFLINE" BRC_MERGE_OPTIMIZE "$OPTIMIZE" BRC_MERGE_NO_DEPS "$NO_DEPS" \
                 BRC_MERGE_QUIET "$QUIET" BRC_MERGE_LINE "$SERIES_LINE" PY_VERSION "$PY_VERSION"
             [[ -z $COMMIT ]] || printf '%s=%s\n' COMMIT "$COMMIT"
+            # what image labels and their test compare with a build's key
+            printf '%s=%s\n' SERIES_KEY "$(series_key)"
             return ;;
         update-checksums)
             run_stage source "" "$CACHE/build/logs" stage_source version-only

@@ -119,13 +119,8 @@ else
 fi
 
 # ----------------------------------------------------------------- 4. labels
-series_sha256() {  # exactly build.sh's series_key: the series file + "name sha256" per patch
-    local p dir=patches/3.14
-    {
-        cat "$dir/series"
-        sed -e 's/#.*//' -e 's/^[[:space:]]*//' -e 's/[[:space:]]*$//' "$dir/series" | grep -v '^$' |
-            while read -r p; do echo "$p $(sha256sum "$dir/$p" | cut -d' ' -f1)"; done
-    } | sha256sum | cut -d' ' -f1
+series_sha256() {  # build.sh's series_key, from build.sh itself
+    ./build.sh --print-config --line 3.14 | sed -n 's/^SERIES_KEY=//p'
 }
 REVISION=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 if [[ $REVISION != unknown ]] && ! git diff --quiet HEAD -- Dockerfile .dockerignore build.sh patches image 2>/dev/null; then

@@ -15,7 +15,6 @@ debootstrap) are installed by image/deps.sh (`make test` runs it first). The
 engine tests skip only when asked to, or when the tools are missing and we are
 not root; the skip names the install command.
 """
-import hashlib
 import json
 import os
 import re
@@ -91,11 +90,10 @@ def test_dockerignore_keeps_context_small():
 
 
 def series_sha256():
-    """build.sh's series_key: the series file, then 'name sha256' per listed patch."""
-    series = (PATCHES / "series").read_text()
-    names = [n for n in (re.sub(r"#.*", "", x).strip() for x in series.splitlines()) if n]
-    text = series + "".join(f"{n} {hashlib.sha256((PATCHES / n).read_bytes()).hexdigest()}\n" for n in names)
-    return hashlib.sha256(text.encode()).hexdigest()
+    """build.sh's series_key (from --print-config), as a build's key has it."""
+    out = subprocess.run([str(ROOT / "build.sh"), "--print-config", "--line", "3.14"],
+                         capture_output=True, text=True, check=True).stdout
+    return re.search(r"^SERIES_KEY=(\w+)$", out, re.M).group(1)
 
 
 # --------------------------------------------------------------------------- engine
