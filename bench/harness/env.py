@@ -122,9 +122,9 @@ def ensure_venv(flavour):
     return py
 
 
-def machine_info():
-    import manifest     # here: the tests import this module without it
-
+def machine_info(flavours):
+    """The machine, the commit, the series and the given flavours' builds
+    (those not built are left out)."""
     def sh(*cmd):
         try:
             return subprocess.run(cmd, capture_output=True, text=True,
@@ -172,7 +172,7 @@ def machine_info():
         else {},
         "flavours": {},
     }
-    for flavour in manifest.FLAVOURS:
+    for flavour in flavours:
         py = dist_python(flavour)
         if not py:
             continue

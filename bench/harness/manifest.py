@@ -246,11 +246,3 @@ def for_line(line, flavours=None):
               for name, g in GROUPS.items() if line in g.lines}
     return Manifest(line, flavours, configs, groups)
 
-
-def __getattr__(name):
-    # env.machine_info() reads manifest.FLAVOURS to describe the builds:
-    # every line's, from build.sh --list (it skips those not built).
-    if name == "FLAVOURS":
-        lines = dict.fromkeys(r["line"] for r in env.build_list())
-        return tuple(f for line in lines for f in env.flavours(line))
-    raise AttributeError("module %r has no attribute %r" % (__name__, name))

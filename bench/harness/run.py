@@ -307,10 +307,7 @@ def main():
     elif args.ignore_builds and env.running_builds():
         b.info["warning"] = ("run with --ignore-builds while a build was "
                              "running: timings are meaningless")
-    machine = env.machine_info()    # describes every line's builds
-    machine["flavours"] = {f: d for f, d in machine["flavours"].items()
-                           if f in m.flavours}
-    b.info["machine"] = machine
+    b.info["machine"] = env.machine_info(m.flavours)
     try:
         b.run()
     finally:
