@@ -30,11 +30,12 @@ ROOT = Path(__file__).resolve().parent.parent
 PATCHES = ROOT / "patches"
 DOCS = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
 PARTS = ("mechanism", "probes", "tests")
-# What Upstream-Status says -> the patch's kind.
-KINDS = (("Backport", "backport"),
-         ("Pending [stock", "stock fix"),
-         ("Pending [follow-up", "follow-up"),
-         ("Inappropriate", "distribution only"))
+# What Upstream-Status says -> the patch's kind, and the name of its
+# mechanism total among the facts.
+KINDS = (("Backport", "backport", "backport"),
+         ("Pending [stock", "stock fix", "stock-fix"),
+         ("Pending [follow-up", "follow-up", "follow-up"),
+         ("Inappropriate", "distribution only", "distribution"))
 
 BLOCK = re.compile(r"(<!-- series-table (\S+) -->\n)(.*?)(<!-- /series-table -->)", re.S)
 VALUE = re.compile(r"(<!-- series (\S+) ([a-z0-9-]+) -->)([^<]*)(<!-- /series -->)")
@@ -107,20 +108,21 @@ def net_lines(text):
 
 
 def kind_of(status):
-    for prefix, kind in KINDS:
+    for prefix, kind, _ in KINDS:
         if status.startswith(prefix):
             return kind
     return "?"
 
 
 def patches(line):
-    """[(order, file name, header, {part: net lines}, kind)] of LINE."""
+    """[(order, file name, header, {part: net lines}, kind, hazard)] of
+    LINE."""
     out = []
     for k, name in enumerate(series(line), 1):
         text = (PATCHES / line / name).read_text()
         fields = header(text)
         out.append((k, name, fields, net_lines(text),
-                    kind_of(fields.get("Upstream-Status", ""))))
+                    kind_of(fields.get("Upstream-Status", "")), hazard(text)))
     return out
 
 
@@ -131,8 +133,7 @@ def facts(line):
     f.update((f"mechanism-{r[1][:4]}", r[3]["mechanism"]) for r in rows)
     for part in PARTS:
         f[part] = sum(r[3][part] for r in rows)
-    for _, kind in KINDS:
-        key = kind.replace(" ", "-").replace("distribution-only", "distribution")
+    for _, kind, key in KINDS:
         f[key] = sum(r[3]["mechanism"] for r in rows if r[4] == kind)
     return f
 
@@ -147,17 +148,15 @@ def table(line):
     rows = patches(line)
     out = ["| order | patch | subject | kind | hazard | mechanism / probes / tests |",
            "|---|---|---|---|---|---|"]
-    for k, name, fields, n, kind in rows:
+    for k, name, fields, n, kind, h in rows:
         subject = re.sub(r"^\[PATCH[^\]]*\] ", "", fields.get("Subject", "?"))
-        h = hazard((PATCHES / line / name).read_text())
         out.append(f"| {k} | `{name[:4]}` | {subject} | {kind} | {h} | "
                    + " / ".join(str(n[p]) for p in PARTS) + " |")
     f = facts(line)
     out.append("| | | total | | | " + " / ".join(str(f[p]) for p in PARTS) + " |")
     out.append("")
     out.append("Mechanism by kind: "
-               + "; ".join(f"{kind} {f[kind.replace(' ', '-').replace('distribution-only', 'distribution')]}"
-                           for _, kind in KINDS) + ".")
+               + "; ".join(f"{kind} {f[key]}" for _, kind, key in KINDS) + ".")
     return "\n".join(out) + "\n"
 
 
