@@ -965,6 +965,12 @@ stage_configure() {  # stage_configure FLAVOUR
     configure_flags "$f"
     local key
     key=$(printf '%s\n' "${CONF_FLAGS[@]}" "cc $(cc_version "$f")" "configure $(sha256_of "$b/src/configure")")
+    # PGO trains once per obj dir (CPython's profile-run-stamp has no
+    # prerequisites): make would compile a changed tree against the old
+    # profile, which gcc refuses (coverage mismatch). An optimised build
+    # starts empty whenever its tree changes.
+    [[ " ${CONF_FLAGS[*]} " != *" --enable-optimizations "* ]] ||
+        key+=$'\n'"tree $(full_key "$f" | sha256sum | cut -c1-16)"
     if [[ -f $b/obj/Makefile && -f $b/obj/.brc-merge-configure-key ]] &&
         [[ "$(cat "$b/obj/.brc-merge-configure-key")" == "$key" ]]; then
         echo "configure key unchanged; not re-running configure"

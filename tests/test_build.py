@@ -668,6 +668,19 @@ def test_fake_build_patch_change_rebuilds_only_what_changed(fake):
     assert "0001-brc.patch" in (fake.cache / "install" / "ft-brc" / ".brc-merge-key").read_text()
 
 
+def test_fake_build_optimised_tree_change_trains_again(fake):
+    """PGO trains once per obj dir: an optimised build of a changed tree
+    starts from an empty one (gcc refuses a stale profile)."""
+    (fake.patches / "0001-brc.patch").write_text(GOOD_PATCH)
+    (fake.patches / "series").write_text("0001-brc.patch\n")
+    assert fake.build("--optimize", "ft-brc").returncode == 0
+    (fake.patches / "0001-brc.patch").write_text(GOOD_PATCH.replace("int x = 1;", "int x = 2;"))
+    p = fake.build("--optimize", "ft-brc")
+    assert p.returncode == 0, p.out
+    log = (fake.cache / "build" / "ft-brc" / "logs" / "configure.log").read_text()
+    assert "starting from an empty obj dir" in log, log
+
+
 def test_fake_build_asan_flavour(fake):
     """ft-asan: its configure flags, CFLAGS, build environment and checking series
     are in its key; the other flavours' keys and environment do not change."""
