@@ -224,24 +224,27 @@ dist-tarball: ## pack a built flavour as a tarball that runs wherever it is unpa
 # The release artifacts (docs/building.md "Release builds"): PGO + LTO builds in
 # a cache of their own (CACHE/release, sharing CACHE's sources and downloads),
 # so the quick dev flavours in dist/ stay as they are; then the tarball with its
-# uv downloads list, and the image from the same build.
-RELEASE_DIST ?= dist/release
+# uv downloads list, and the image from the same build.  RELEASE_COPY=b: an
+# independent second build in CACHE/release-b and dist/release-b, no image
+# (make bench-release's build-to-build spread).
+RELEASE_COPY ?=
+RELEASE_DIST ?= dist/release$(if $(RELEASE_COPY),-$(RELEASE_COPY))
 RELEASE_FLAVOURS ?= ft-brc
 RELEASE_IMAGE ?= 1
 RELEASE_ARGS := $(if $(JOBS),--jobs '$(JOBS)') $(if $(SOURCE),--source '$(SOURCE)') $(if $(PATCHES),--patches '$(PATCHES)') \
 	$(if $(filter 1 yes true,$(OFFLINE)),--offline) $(if $(filter 1 yes true,$(QUIET)),--quiet)
 
-release: ## PGO + LTO ft-brc into dist/release, its tarball + uv list, its image (~25 min, +image) [RELEASE_FLAVOURS=ft-brc RELEASE_IMAGE=1|0]
+release: ## PGO + LTO ft-brc into dist/release, its tarball + uv list, its image (~25 min, +image) [RELEASE_FLAVOURS=ft-brc RELEASE_IMAGE=1|0 RELEASE_COPY=b: a second build, dist/release-b]
 	@set -e; cache=$$($(BUILD) $(if $(CACHE),--cache '$(CACHE)') --print-config | sed -n 's/^BRC_MERGE_CACHE=//p'); \
-	rel=$$cache/release; mkdir -p "$$rel" "$$cache/sources" "$$cache/downloads"; \
+	rel=$$cache/release$(if $(RELEASE_COPY),-$(RELEASE_COPY)); mkdir -p "$$rel" "$$cache/sources" "$$cache/downloads"; \
 	for d in sources downloads; do [ -L "$$rel/$$d" ] || ln -sn "$$cache/$$d" "$$rel/$$d"; done; \
 	$(BUILD) $(RELEASE_ARGS) --optimize --cache "$$rel" --dist '$(abspath $(RELEASE_DIST))' $(RELEASE_FLAVOURS); \
 	for f in $(filter $(FLAVOURS),$(RELEASE_FLAVOURS)); do \
 	    image/dist-tarball.sh --dist '$(abspath $(RELEASE_DIST))' --out '$(abspath $(RELEASE_DIST))/tarballs' "$$f"; done; \
-	if $(if $(filter 1 yes true,$(RELEASE_IMAGE)),true,false) && [ -e '$(abspath $(RELEASE_DIST))/ft-brc' ]; then \
+	if $(if $(filter 1 yes true,$(RELEASE_IMAGE)),$(if $(RELEASE_COPY),false,true),false) && [ -e '$(abspath $(RELEASE_DIST))/ft-brc' ]; then \
 	    $(IMAGE_ENV) CACHE="$$rel" PREBUILT=1 image/build.sh; fi
 
-bench-release: flavours bench-venv ## pyperformance on PGO+LTO and quick ft-brc and ft (needs make release RELEASE_FLAVOURS="ft-brc ft") -> bench/results/pp-release-*/report.md
+bench-release: flavours bench-venv ## pyperformance on the PGO+LTO builds (ft and ft-brc twice, ft-upstream) and quick ft, ft-brc -> bench/results/pp-release-*/report.md [BENCH_ARGS=--cachegrind]
 	$(VENV)/bin/python bench/harness/pp_release.py $(BENCH_ARGS)
 
 clean: ## remove the dist/ symlinks and .venv (keeps every cache)
