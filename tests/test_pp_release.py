@@ -40,6 +40,7 @@ def test_columns_with_all_seven(tmp_path):
     gm = dict(zip(header(text), table_row(text, "**geometric mean**")))
     assert gm["ft-brc / ft"] == "**1.010**"
     assert gm["ft-upstream / ft"] == "**1.100**"
+    assert gm["ft-brc / ft-upstream"] == "**0.918**"
     assert gm["spread: ft-b / ft-a"] == "**1.020**"
     assert gm["spread: ft-brc-b / ft-brc-a"] == "**0.980**"
     # four pairs of copies: 0.99/1.02 .. 1.01/1.00

@@ -5,7 +5,8 @@ Runs `pyperformance run --fast` for a list of pure-Python benchmarks on
 every interpreter below that is built, in rounds, rotating their order each
 round, then reports per benchmark and as a geometric mean:
 
-- ft-brc / ft and ft-upstream / ft between the optimised builds (first copies),
+- ft-brc / ft, ft-upstream / ft and ft-brc / ft-upstream between the optimised
+  builds (first copies),
 - the build-to-build spread: ft-b / ft-a and ft-brc-b / ft-brc-a, two
   independent optimised builds of one source each,
 - ft-brc / ft over every pair of copies (min-max),
@@ -75,6 +76,7 @@ PAIRS = [(a, b) for a in ("ft-brc-opt", "ft-brc-opt-b") for b in ("ft-opt", "ft-
 COLUMNS = [
     ("ft-brc / ft", "ft-brc-opt", "ft-opt"),
     ("ft-upstream / ft", "ft-upstream-opt", "ft-opt"),
+    ("ft-brc / ft-upstream", "ft-brc-opt", "ft-upstream-opt"),
     ("spread: ft-b / ft-a", "ft-opt-b", "ft-opt"),
     ("spread: ft-brc-b / ft-brc-a", "ft-brc-opt-b", "ft-brc-opt"),
     ("ft-brc / ft, all copies (min-max)", PAIRS, None),
