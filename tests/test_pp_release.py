@@ -171,3 +171,37 @@ def test_cachegrind_section(tmp_path):
     assert table_row(go, "ft-upstream-opt")[3] == "1.100"
     mean = text.split("### Geometric mean", 1)[1]
     assert table_row(mean, "ft-brc-opt") == ["1.000", "1.500", "1.000"]
+
+
+# --------------------------------------------------------------------------- build_facts
+MAKE_LOG = """\
+gcc -c -O3 -flto -fprofile-use x.c
+../src/Programs/_testembed.c:2744:1: warning: 'a.gcda' profile count data file not found [-Wmissing-profile]
+../src/Modules/x.c:1:1: warning: 'r' may be used uninitialized [-Wmaybe-uninitialized]
+./python -m test --pgo --timeout=
+0:00:00 load avg: 2.72 [ 1/3] test_array
+0:00:02 load avg: 2.58 [ 1/3] test_array passed
+0:00:02 load avg: 2.58 [ 2/3] test_gc
+0:00:09 load avg: 2.58 [ 2/3] test_gc failed (1 failure)
+0:00:09 load avg: 2.58 [ 3/3] test_time
+0:00:12 load avg: 2.58 [ 3/3] test_time skipped
+Total duration: 12 sec
+Total tests: run=30 failures=1 skipped=4
+Result: FAILURE
+"""
+
+
+def test_build_facts_reads_the_training_run_and_diagnostics(tmp_path):
+    import build_facts
+    log = tmp_path / "make.log"
+    log.write_text(MAKE_LOG)
+    t = build_facts.training(log)
+    assert t["ran"] and t["tests"] == 3
+    assert t["results"] == {"passed": 1, "failed": 1, "skipped": 1}
+    assert t["not_passed"] == ["test_gc failed", "test_time skipped"]
+    assert t["summary"] == ["Total duration: 12 sec", "Total tests: run=30 failures=1 skipped=4",
+                            "Result: FAILURE"]
+    assert build_facts.diagnostics(log) == {"missing-profile": 1, "maybe-uninitialized": 1}
+    log.write_text("gcc -c x.c\n")
+    assert build_facts.training(log) == {"ran": False, "tests": 0, "results": {},
+                                         "not_passed": [], "summary": []}
