@@ -7,7 +7,8 @@ already built (and up-to-date) dist/ft-brc through the Dockerfile's runtime
 stage, so the test takes a minute instead of a second CPython compile (~10 min
 on 2 cores); `make image` is the full from-source build. Set
 BRC_MERGE_IMAGE_FULL=1 to test the from-source build instead, and
-BRC_MERGE_SKIP_IMAGE=1 to skip the engine tests.
+BRC_MERGE_SKIP_IMAGE=1 to skip the engine tests. With CACHE=<build.sh's
+cache>/release the image ships `make release`'s PGO + LTO ft-brc instead.
 
 A missing tool is a failure, not a skip: hadolint comes with .venv
 (tests/requirements.txt), and as root the engine's tools (podman runc
