@@ -404,6 +404,7 @@ def main():
     ap.add_argument("--report-only", action="store_true",
                     help="rewrite OUT/report.md from OUT/means.json, cachegrind.json")
     args = ap.parse_args()
+    args.out = args.out.absolute()   # pyperformance writes from its own directory
     if args.report_only:
         report(args.out)
         return
