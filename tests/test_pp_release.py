@@ -53,8 +53,9 @@ def test_columns_with_all_seven(tmp_path):
 def test_spread_sentence_inside_and_outside(tmp_path):
     text = pp_release.render(tmp_path, rounds(), {})
     assert ("ft-brc / ft between the optimised builds is 1.010 (geometric mean), "
-            "**inside the build-to-build spread** (ft-b / ft-a 1.020, "
-            "ft-brc-b / ft-brc-a 0.980: up to 2.0 % apart)") in text
+            "**inside the build-to-build spread** (ft-b / ft-a 1.020 (rounds 1.020, "
+            "1.020, 1.020), ft-brc-b / ft-brc-a 0.980 (rounds 0.980, 0.980, 0.980): "
+            "up to 2.0 % apart)") in text
     assert "per benchmark, inside in 3 of 3." in text
     assert ("ft-upstream / ft between the optimised builds is 1.100 (geometric mean), "
             "**outside the build-to-build spread**") in text
@@ -67,7 +68,19 @@ def test_spread_of_one_flavour_only(tmp_path):
     assert "spread: ft-brc-b / ft-brc-a" not in header(text)
     gm = dict(zip(header(text), table_row(text, "**geometric mean**")))
     assert gm["ft-brc / ft, all copies (min-max)"] == "**0.990–1.010**"   # two pairs
-    assert "**inside the build-to-build spread** (ft-b / ft-a 1.020: up to 2.0 % apart)" in text
+    assert ("**inside the build-to-build spread** (ft-b / ft-a 1.020 (rounds 1.020, 1.020, "
+            "1.020): up to 2.0 % apart)") in text
+
+
+def test_spread_is_the_widest_round(tmp_path):
+    """A pair whose rounds swing by 10 % bounds what timing can tell, even
+    when its median round is close to 1."""
+    res = rounds()
+    res[0]["ft-opt-b"] = {b: v * 1.08 for b, v in res[0]["ft-opt"].items()}
+    res[2]["ft-opt-b"] = {b: v * 0.90 for b, v in res[2]["ft-opt"].items()}
+    text = pp_release.render(tmp_path, res, {})
+    assert "ft-upstream / ft between the optimised builds is 1.100" in text
+    assert "**inside the build-to-build spread** (ft-b / ft-a 1.020 (rounds 1.080, 1.020, 0.900)" in text
 
 
 def test_no_spread_says_so(tmp_path):

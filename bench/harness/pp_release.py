@@ -175,6 +175,7 @@ def spread_sentences(benches, cols):
     """Whether ft-brc / ft and ft-upstream / ft lie inside the build-to-build
     spread: |ln ratio| at most the largest |ln (copy b / copy a)|."""
     by = {label: (cells, gm) for label, cells, gm, _ in cols}
+    rounds = {label: pr for label, _, _, pr in cols}
     spreads = [s for s in SPREADS if s in by]
     out = []
     for label in ("ft-brc / ft", "ft-upstream / ft"):
@@ -186,7 +187,9 @@ def spread_sentences(benches, cols):
                        "mean); no build-to-build spread to set it against: ft-opt-b "
                        f"and ft-brc-opt-b were not run ({REL_B}).")
             continue
-        width = max(lnabs(by[s][1]) for s in spreads)
+        # Each round's spread, not the median's: rounds of one pair can
+        # differ more than the medians of two builds do.
+        width = max(lnabs(v) for s in spreads for v in [by[s][1], *rounds[s]] if v)
         where = "inside" if lnabs(gm) <= width else "outside"
         widths = {b: [cells.get(b)] + [by[s][0].get(b) for s in spreads] for b in benches}
         counted = [b for b, ws in widths.items() if None not in ws]
@@ -197,7 +200,8 @@ def spread_sentences(benches, cols):
         out.append(
             f"{label} between the optimised builds is {fmt(gm)} (geometric mean), "
             f"**{where} the build-to-build spread** ("
-            + ", ".join(f"{s.split(': ')[1]} {fmt(by[s][1])}" for s in spreads)
+            + ", ".join(f"{s.split(': ')[1]} {fmt(by[s][1])} (rounds "
+                        f"{', '.join(fmt(v) for v in rounds[s])})" for s in spreads)
             + f": up to {100 * (math.exp(width) - 1):.1f} % apart): {meaning}; "
             f"per benchmark, inside in {inside} of {len(counted)}.")
     if "ft-brc / ft, all copies (min-max)" in by:
