@@ -43,23 +43,22 @@ def sysconfig_vars(python, prefix, cache):
             for k, v in json.loads(out).items()}
 
 
-def training(make_log):
-    """The PGO task's regrtest summary lines and the tests not passed."""
-    text = make_log.read_text(errors="replace")
+def training(text):
+    """The PGO task's regrtest summary lines and the tests not passed, from
+    make.log's text."""
     start = text.find("-m test --pgo")
     run = text[start:] if start >= 0 else ""
-    results = re.findall(r"\[\s*\d+/(\d+)\] (test_\w+) (\w[\w ]*?)(?: \(|$)", run, re.M)
-    counts = collections.Counter(r for _, _, r in results)
+    results = re.findall(r"\[\s*\d+/\d+\] (test_\w+) (\w[\w ]*?)(?: \(|$)", run, re.M)
+    counts = collections.Counter(r for _, r in results)
     summary = [line.strip() for line in run.splitlines()
                if re.match(r"\s*(Total duration|Total tests|Result|== Tests result)", line)]
     return {"ran": start >= 0, "tests": len(results), "results": dict(counts),
-            "not_passed": sorted(f"{t} {r}" for _, t, r in results if r != "passed"),
+            "not_passed": sorted(f"{t} {r}" for t, r in results if r != "passed"),
             "summary": summary}
 
 
-def diagnostics(make_log):
-    return dict(collections.Counter(
-        re.findall(r"\[-W([\w=-]+)\]", make_log.read_text(errors="replace"))).most_common())
+def diagnostics(text):
+    return dict(collections.Counter(re.findall(r"\[-W([\w=-]+)\]", text)).most_common())
 
 
 def profiled_objects(obj):
@@ -69,13 +68,14 @@ def profiled_objects(obj):
 
 def facts(name, dist_path):
     build, prefix = build_dirs(ROOT / dist_path)
-    python = prefix / "bin" / "python3"
+    python = pp_release.python_of(dist_path)
     log = build / "logs" / "make.log"
     if not python.exists() or not log.exists():
         return None
+    text = log.read_text(errors="replace")
     return {"interpreter": name, "build": str(build),
             "vars": sysconfig_vars(python, prefix, prefix.parent.parent),
-            "training": training(log), "diagnostics": diagnostics(log),
+            "training": training(text), "diagnostics": diagnostics(text),
             "profiled": profiled_objects(build / "obj")}
 
 
