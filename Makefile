@@ -228,7 +228,8 @@ dist-tarball: ## pack a built flavour as a tarball that runs wherever it is unpa
 # independent second build in CACHE/release-b and dist/release-b, no image
 # (make bench-release's build-to-build spread).
 RELEASE_COPY ?=
-RELEASE_DIST ?= dist/release$(if $(RELEASE_COPY),-$(RELEASE_COPY))
+RELEASE_NAME = release$(if $(RELEASE_COPY),-$(RELEASE_COPY))
+RELEASE_DIST ?= dist/$(RELEASE_NAME)
 RELEASE_FLAVOURS ?= ft-brc
 RELEASE_IMAGE ?= 1
 RELEASE_ARGS := $(if $(JOBS),--jobs '$(JOBS)') $(if $(SOURCE),--source '$(SOURCE)') $(if $(PATCHES),--patches '$(PATCHES)') \
@@ -236,7 +237,7 @@ RELEASE_ARGS := $(if $(JOBS),--jobs '$(JOBS)') $(if $(SOURCE),--source '$(SOURCE
 
 release: ## PGO + LTO ft-brc into dist/release, its tarball + uv list, its image (~25 min, +image) [RELEASE_FLAVOURS=ft-brc RELEASE_IMAGE=1|0 RELEASE_COPY=b: a second build, dist/release-b]
 	@set -e; cache=$$($(BUILD) $(if $(CACHE),--cache '$(CACHE)') --print-config | sed -n 's/^BRC_MERGE_CACHE=//p'); \
-	rel=$$cache/release$(if $(RELEASE_COPY),-$(RELEASE_COPY)); mkdir -p "$$rel" "$$cache/sources" "$$cache/downloads"; \
+	rel=$$cache/$(RELEASE_NAME); mkdir -p "$$rel" "$$cache/sources" "$$cache/downloads"; \
 	for d in sources downloads; do [ -L "$$rel/$$d" ] || ln -sn "$$cache/$$d" "$$rel/$$d"; done; \
 	$(BUILD) $(RELEASE_ARGS) --optimize --cache "$$rel" --dist '$(abspath $(RELEASE_DIST))' $(RELEASE_FLAVOURS); \
 	for f in $(filter $(FLAVOURS),$(RELEASE_FLAVOURS)); do \
