@@ -500,6 +500,11 @@ class Mix:
 
     # the run -------------------------------------------------------------
     def start(self, daemon=False):
+        # Stock CPython sets tracing up once, under a flag that a fork
+        # landing inside leaves locked in the child, whose every
+        # sys.settrace() then waits for ever (docs/reliability.md): do it
+        # before any thread forks.
+        sys.settrace(None)
         self.held.acquire()
         idx = 0
         for role, n in ((self.owner, self.n_owners), (self.dropper, self.n_droppers),
@@ -567,6 +572,20 @@ def dump_and_kill(pid):
         os.kill(pid, signal.SIGKILL)
     except (ProcessLookupError, subprocess.TimeoutExpired):
         pass
+
+
+def live_group(pgid):
+    """The processes of group pgid that have not exited (Linux /proc)."""
+    pids = []
+    for name in os.listdir("/proc"):
+        try:
+            with open("/proc/%s/stat" % name) as f:
+                state, _, pgrp = f.read().rsplit(")", 1)[1].split()[:3]
+        except (OSError, ValueError):
+            continue
+        if int(pgrp) == pgid and state != "Z":
+            pids.append(int(name))
+    return pids
 
 
 def wait_pid(pid, timeout, what):
@@ -728,16 +747,25 @@ def run_child(kind, seed, seconds, threshold, deadline):
         env["PYTHON_BRC_MERGE_THRESHOLD"] = str(threshold)
     replay = "%s%s" % ("PYTHON_BRC_MERGE_THRESHOLD=%s " % threshold if threshold is not None
                        else "", " ".join(cmd))
+    # a session of its own: what it forks (and may outlive it, holding its
+    # output open) is killed with it
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         stdin=subprocess.DEVNULL, text=True)
+                         stdin=subprocess.DEVNULL, text=True, start_new_session=True)
     t0 = time.monotonic()
     hung = False
     try:
         out, err = p.communicate(timeout=deadline)
     except subprocess.TimeoutExpired:
         hung = True
-        sys.stderr.write("%s: hung after %d s; its stacks follow\n" % (replay, deadline))
-        dump_and_kill(p.pid)
+        sys.stderr.write("%s: %s after %d s; stacks follow\n" % (
+            replay, "hung" if p.poll() is None else
+            "exited, but a process it forked still runs", deadline))
+        for pid in live_group(p.pid):
+            dump_and_kill(pid)
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
         out, err = p.communicate()
     r = {"kind": kind, "seed": seed, "threshold": threshold, "seconds": round(
          time.monotonic() - t0, 1), "returncode": p.returncode, "hung": hung, "replay": replay}
