@@ -290,6 +290,8 @@ class Mix:
         self.counts = collections.Counter()
         self.left_behind = 0
         self.late = []          # per round past 0.5 s: when all 8 went, None if not while blocked
+        self.late_pauses = []   # and the longest storm pause in that round (s)
+        self.storm_pauses = []  # (start, end) of each storm pause this round
         self.sentinel_rounds = 0
         self.fork_results = []
         self.threads = []
@@ -426,7 +428,9 @@ class Mix:
             return None
         while not self.stop.is_set():
             if self.storm.is_set():
-                sys._current_frames()
+                t = time.monotonic()
+                sys._current_frames()   # waits for the slowest attached thread
+                self.storm_pauses.append((t, time.monotonic()))
                 continue
             op = rng.choices(("frames", "collect", "trace"), (14, 1, 3))[0]
             self.counts["pause_" + op] += 1
@@ -462,6 +466,7 @@ class Mix:
         while (item := inbox.get()) is not None:
             objs, gone, wake = item
             del item
+            self.storm_pauses = []
             self.storm.set()
             objs.clear()                    # the drop, while the world pauses
             del objs
@@ -477,6 +482,8 @@ class Mix:
                 while len(gone) < 8 and time.monotonic() < deadline:
                     time.sleep(0.002)
                 self.late.append(round(time.monotonic() - start, 3) if len(gone) == 8 else None)
+                self.late_pauses.append(round(max(
+                    (e - max(b, start) for b, e in self.storm_pauses if e > start), default=0), 3))
             wake.set()
 
     # forks ---------------------------------------------------------------
@@ -646,7 +653,7 @@ def child_main(seed, seconds, daemon_exit, forks=True, rss=True):
     return {"kind": "main", "ok": not fails, "failures": fails, "created": LEDGER.created(),
             "recursion_errors": RECURSION_ERRORS[0],
             "callbacks": called, "forks": len(mix.fork_results),
-            "left_behind": mix.left_behind, "late": mix.late,
+            "left_behind": mix.left_behind, "late": mix.late, "late_pauses": mix.late_pauses,
             "sentinel_rounds": mix.sentinel_rounds,
             "rss_warm_mib": round(warm), "rss_end_mib": round(end), "brc_stats": stats,
             "counts": dict(mix.counts)}
@@ -828,8 +835,10 @@ def supervise(args):
             r["judged"] = False     # reported with its counts (0010's defect)
         if args.expect_prompt and kind == "main" and th == 1 and r.get("left_behind"):
             r["failures"].append("%d of %d sentinel rounds left objects behind a blocked owner"
-                                 " (all freed while it blocked after, in s: %s)"
-                                 % (r["left_behind"], r["sentinel_rounds"], r.get("late")))
+                                 " (all freed while it blocked after, in s: %s; the round's"
+                                 " longest pause, in s: %s)"
+                                 % (r["left_behind"], r["sentinel_rounds"], r.get("late"),
+                                    r.get("late_pauses")))
             r["ok"] = False
         runs.append(r)
         if not args.json:
