@@ -159,6 +159,11 @@ def _mix_summary(r):
              "not judged, a known stock/upstream defect: %s" % run["known_defects"])
             if run["ok"] else "FAILED %s\n    replay: %s" % (run["failures"], run["replay"]),
             "" if run["ok"] else "\n" + run.get("stderr_tail", "")[-3000:]))
+        if run.get("held") or run.get("seen_late"):
+            lines.append("         sentinel: %d rounds held stopped (not counted), up to %.2f s;"
+                         " %d freed in time, seen late" % (len(run.get("held") or []),
+                                                          max(run.get("held") or [0]),
+                                                          run.get("seen_late", 0)))
     return "\n".join(lines)
 
 
