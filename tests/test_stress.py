@@ -190,6 +190,7 @@ def test_mix(flavour):
     except (IndexError, ValueError):
         pytest.fail("no JSON result\n" + _report(cmd, p.returncode, p.stdout, p.stderr))
     report = _mix_summary(r)
+    print(report)       # held and seen-late rounds of a passing run, under -rA
     if not r["ok"]:     # the supervisor's own stderr has the stacks of a hung part
         report += "\n--- the supervisor's stderr (tail) ---\n" + _tail(p.stderr)
     assert r["ok"] and p.returncode == 0, report
