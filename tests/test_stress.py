@@ -157,7 +157,8 @@ def _mix_summary(r):
             run["kind"], run["seed"], run["threshold"], run["seconds"],
             ("ok" if not run.get("known_defects") else
              "not judged, a known stock/upstream defect: %s" % run["known_defects"])
-            if run["ok"] else "FAILED %s\n    replay: %s" % (run["failures"], run["replay"]),
+            if run["ok"] else "FAILED %s\n    replay: %s\n    stderr: %s" % (
+                run["failures"], run["replay"], run.get("stderr_file")),
             "" if run["ok"] else "\n" + run.get("stderr_tail", "")[-3000:]))
         if run.get("held") or run.get("seen_late"):
             lines.append("         sentinel: %d rounds held stopped (not counted), up to %.2f s;"

@@ -106,6 +106,7 @@ import subprocess
 import sys
 import threading
 import time
+import tempfile
 import traceback
 import warnings
 import weakref
@@ -832,6 +833,11 @@ def run_child(kind, seed, seconds, threshold, deadline):
     r["ok"] = not fails
     if fails:
         r["stderr_tail"] = err[-4000:]
+        # whole, for the top of a hung thread's C stack that the tail cuts
+        fd, r["stderr_file"] = tempfile.mkstemp(prefix="mix-%s-%s-" % (kind, seed),
+                                                 suffix=".err")
+        with os.fdopen(fd, "w") as f:
+            f.write(err)
     return r
 
 
