@@ -155,6 +155,7 @@ class Ledger:
         self.tls = threading.local()
         self.errors = []
         self.cb_lock = threading.RLock()    # taken by weakref callbacks only
+        self.cb_lock_pid = os.getpid()      # the process it was made in
 
     def slot(self):
         s = getattr(self.tls, "s", None)
@@ -221,7 +222,13 @@ def count_unraisable(u, default=sys.unraisablehook):
         RECURSION_ERRORS[0] += 1    # thousands: the count is the report
     else:
         default(u)
-os.register_at_fork(after_in_child=lambda: setattr(LEDGER, "cb_lock", threading.RLock()))
+
+
+def new_cb_lock():
+    LEDGER.cb_lock, LEDGER.cb_lock_pid = threading.RLock(), os.getpid()
+
+
+os.register_at_fork(after_in_child=new_cb_lock)
 
 
 class Obj:
@@ -244,8 +251,9 @@ def on_dead(ref):
     junk = [ref] * 8                        # allocates, in whichever thread frees
     # No thread holds it while it drops; but a fork child clears the dead
     # threads' states, running callbacks, before its at-fork hooks run, and
-    # a dead thread may hold it there.
-    locked = LEDGER.cb_lock.acquire(timeout=2)
+    # a dead thread may hold it there: until new_cb_lock() runs it does not
+    # wait, or a dead thread's queue of callbacks would wait 2 s each.
+    locked = LEDGER.cb_lock.acquire(timeout=2 if LEDGER.cb_lock_pid == os.getpid() else 0)
     LEDGER.slot().cbc += 1
     if locked:
         LEDGER.cb_lock.release()
