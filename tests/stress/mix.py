@@ -104,9 +104,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-import tempfile
 import traceback
 import warnings
 import weakref
