@@ -69,10 +69,10 @@ seeded from --seed and its index, so a seed replays the same operations):
              it still blocks?  (left_behind; judged by the caller.)  Timed
              by their weakref callbacks, not by when the judging thread
              (slow to wake under a sanitizer) sees them go; time the world
-             was held stopped does not count: a pause over 0.1 s, held up
-             by a thread that runs without checks (the long C call;
-             seconds under a sanitizer), when nothing can run (held;
-             reported, as seen_late is).
+             was held stopped does not count: a fork, or a pause over
+             0.1 s, held up by a thread that runs without checks (the
+             long C call; seconds under a sanitizer), when nothing can
+             run (held; reported, as seen_late is).
 
 Tracked objects count their finalisations by serial; weakref callbacks
 allocate, take a lock no dropping thread holds and sometimes collect.
@@ -312,8 +312,9 @@ class Mix:
                                 # blocked), time held stopped, help wanted, who freed them
         self.held_rounds = []   # per round with time held stopped: how long (s)
         self.seen_late = 0      # rounds freed in time that the judge saw go late
-        self.storm_pauses = []  # (start, end) of each storm pause this round
+        self.storm_pauses = []  # (start, end) of each storm pause or fork this round
         self.pause_now = None   # start of the storm pause in progress
+        self.fork_now = None    # start of the fork in progress
         self.sentinel_rounds = 0
         self.fork_results = []
         self.threads = []
@@ -523,13 +524,17 @@ class Mix:
             wake.set()
 
     def held_stopped(self, start, now):
-        """Seconds of [start, now] in storm pauses of over 0.1 s."""
+        """Seconds of [start, now] in storm pauses and forks of over 0.1 s."""
         pauses = list(self.storm_pauses)
-        began = self.pause_now
-        if began is not None and (not pauses or pauses[-1][0] != began):
-            pauses.append((began, now))
-        return sum(min(e, now) - max(b, start) for b, e in pauses
-                   if e - b > 0.1 and e > start and b < now)
+        for began in (self.pause_now, self.fork_now):
+            if began is not None and all(b != began for b, _ in pauses):
+                pauses.append((began, now))
+        held, end = 0.0, start      # a fork and a pause may overlap: their union
+        for b, e in sorted((max(b, start), min(e, now)) for b, e in pauses
+                           if e - b > 0.1 and e > start and b < now):
+            held += max(0.0, e - max(b, end))
+            end = max(end, e)
+        return held
 
     # forks ---------------------------------------------------------------
     def forker(self, rng, idx):
@@ -543,9 +548,14 @@ class Mix:
                 theirs = None
             box = [mine, theirs]
             del mine, theirs
+            # os.fork() stops the world (for 0.9 s seen under ASan): the
+            # sentinel does not count that time, as with the storm's pauses.
+            self.fork_now = t = time.monotonic()
             pid = os.fork()
             if pid == 0:
                 os._exit(fork_child(self.seed + idx, box))
+            self.storm_pauses.append((t, time.monotonic()))
+            self.fork_now = None
             box.clear()
             self.fork_results.append(wait_pid(pid, 30, "fork child (seed %d)" % (self.seed + idx)))
             self.counts["forks"] += 1
