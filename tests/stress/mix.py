@@ -69,10 +69,11 @@ seeded from --seed and its index, so a seed replays the same operations):
              it still blocks?  (left_behind; judged by the caller.)  Timed
              by their weakref callbacks, not by when the judging thread
              (slow to wake under a sanitizer) sees them go; time the world
-             was held stopped does not count: a fork, or a pause over
-             0.1 s, held up by a thread that runs without checks (the
-             long C call; seconds under a sanitizer), when nothing can
-             run (held; reported, as seen_late is).
+             was held stopped does not count: a fork, or a pause (the
+             pauser's, a storm's or not) over 0.1 s, held up by a thread
+             that runs without checks (the long C call; seconds under a
+             sanitizer), when nothing can run (held; reported, as
+             seen_late is).
 
 Tracked objects count their finalisations by serial; weakref callbacks
 allocate, take a lock no dropping thread holds and sometimes collect.
@@ -312,8 +313,8 @@ class Mix:
                                 # blocked), time held stopped, help wanted, who freed them
         self.held_rounds = []   # per round with time held stopped: how long (s)
         self.seen_late = 0      # rounds freed in time that the judge saw go late
-        self.storm_pauses = []  # (start, end) of each storm pause or fork this round
-        self.pause_now = None   # start of the storm pause in progress
+        self.pauses = []        # (start, end) of each pause or fork this round
+        self.pause_now = None   # start of the pause in progress
         self.fork_now = None    # start of the fork in progress
         self.sentinel_rounds = 0
         self.fork_results = []
@@ -450,23 +451,26 @@ class Mix:
         def tracer(frame, event, arg):
             return None
         while not self.stop.is_set():
-            if self.storm.is_set():
-                self.pause_now = t = time.monotonic()
-                sys._current_frames()   # waits for the slowest attached thread
-                self.storm_pauses.append((t, time.monotonic()))
-                self.pause_now = None
-                continue
-            op = rng.choices(("frames", "collect", "trace"), (14, 1, 3))[0]
-            self.counts["pause_" + op] += 1
+            storm = self.storm.is_set()
+            op = "frames" if storm else rng.choices(("frames", "collect", "trace"),
+                                                    (14, 1, 3))[0]
+            # Every pause is timed, a storm's or not: one under way when a
+            # sentinel round starts (a collection frees what it finds
+            # queued, late under TSan) holds its objects as well.
+            self.pause_now = t = time.monotonic()
             if op == "frames":
-                sys._current_frames()
+                sys._current_frames()   # waits for the slowest attached thread
             elif op == "collect":
                 gc.collect()
             else:
                 threading.settrace_all_threads(tracer)
                 time.sleep(0.001)
                 threading.settrace_all_threads(None)
-            time.sleep(rng.uniform(0, 0.004))
+            self.pauses.append((t, time.monotonic()))
+            self.pause_now = None
+            if not storm:
+                self.counts["pause_" + op] += 1
+                time.sleep(rng.uniform(0, 0.004))
 
     def sentinel_owner(self, rng, idx):
         """Hand over 8 objects and block 2 s; the partner judges."""
@@ -492,7 +496,7 @@ class Mix:
         while (item := inbox.get()) is not None:
             objs, gone, wake = item
             del item
-            self.storm_pauses = []
+            self.pauses = []
             self.storm.set()
             objs.clear()                    # the drop, while the world pauses
             del objs
@@ -524,8 +528,8 @@ class Mix:
             wake.set()
 
     def held_stopped(self, start, now):
-        """Seconds of [start, now] in storm pauses and forks of over 0.1 s."""
-        pauses = list(self.storm_pauses)
+        """Seconds of [start, now] in the pauses and forks of over 0.1 s."""
+        pauses = list(self.pauses)
         for began in (self.pause_now, self.fork_now):
             if began is not None and all(b != began for b, _ in pauses):
                 pauses.append((began, now))
@@ -549,12 +553,12 @@ class Mix:
             box = [mine, theirs]
             del mine, theirs
             # os.fork() stops the world (for 0.9 s seen under ASan): the
-            # sentinel does not count that time, as with the storm's pauses.
+            # sentinel does not count that time, as with the pausers' pauses.
             self.fork_now = t = time.monotonic()
             pid = os.fork()
             if pid == 0:
                 os._exit(fork_child(self.seed + idx, box))
-            self.storm_pauses.append((t, time.monotonic()))
+            self.pauses.append((t, time.monotonic()))
             self.fork_now = None
             box.clear()
             self.fork_results.append(wait_pid(pid, 30, "fork child (seed %d)" % (self.seed + idx)))
