@@ -310,7 +310,8 @@ class Mix:
         self.counts = collections.Counter()
         self.left_behind = 0
         self.late = []          # per round past 0.5 s: when all 8 went (None if not while
-                                # blocked), time held stopped, help wanted, who freed them
+                                # blocked), time held stopped, help wanted, who freed them,
+                                # how many pauses it waited through and the longest
         self.held_rounds = []   # per round with time held stopped: how long (s)
         self.seen_late = 0      # rounds freed in time that the judge saw go late
         self.pauses = []        # (start, end) of each pause or fork this round
@@ -520,9 +521,12 @@ class Mix:
                 went = max(t for t, _ in gone) if len(gone) == 8 else None
                 if went is None or went - start - self.held_stopped(start, went) > 0.5:
                     self.left_behind += 1
+                    spans = [e - b for b, e in list(self.pauses)
+                             if e > start and (went is None or b < went)]
                     self.late.append([None if went is None else round(went - start, 3),
                                       round(held, 3), help_wanted,
-                                      sorted({name for _, name in gone})])
+                                      sorted({name for _, name in gone}),
+                                      len(spans), round(max(spans, default=0), 3)])
                 else:
                     self.seen_late += 1
             wake.set()
