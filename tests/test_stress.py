@@ -215,3 +215,38 @@ def test_mix(flavour):
         first = mains[0]
         assert first["threshold"] == 1 and first["left_behind"] == 0, report
         assert first["brc_stats"]["merged_on_behalf"] > 0, report
+
+
+# A leak of plain objects, that no finalizer counts: the owners keep every
+# container's payload list.  The memory check must name it, and only it.
+LEAK = """
+import runpy, sys
+mix = runpy.run_path(sys.argv[1], run_name="mix_leak")
+kept, make = [], mix["Mix"].make_batch
+def leaky(self, rng, loop, refs):
+    batch = make(self, rng, loop, refs)
+    if isinstance(batch, list) and batch and isinstance(batch[0], mix["Obj"]):
+        kept.append(batch[0].payload)
+    return batch
+if sys.argv[2] == "leak":
+    mix["Mix"].make_batch = leaky
+r = mix["child_main"](404, 4, False, forks=False)
+print(r["blocks_left"], r["failures"])
+"""
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("mode", ["leak", "none"])
+def test_mix_memory_check(mode):
+    python = dist_python(MIX_FLAVOURS[0])
+    cmd = [str(python), "-c", LEAK, str(MIX), mode]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=150,
+                       stdin=subprocess.DEVNULL, cwd=str(ROOT))
+    report = _report(cmd, p.returncode, p.stdout, p.stderr)
+    assert p.returncode == 0 and p.stdout.strip(), report
+    left, failures = p.stdout.strip().splitlines()[-1].split(" ", 1)
+    if mode == "leak":
+        assert "live blocks at the end" in failures, report
+        assert int(left) > 100_000, report
+    else:
+        assert failures == "[]", report
