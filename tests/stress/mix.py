@@ -97,6 +97,7 @@ import argparse
 import array
 import asyncio
 import collections
+import contextlib
 import gc
 import json
 import os
@@ -317,8 +318,7 @@ class Mix:
         self.held_rounds = []   # per round with time held stopped: how long (s)
         self.seen_late = 0      # rounds freed in time that the judge saw go late
         self.pauses = []        # (start, end) of each pause or fork this round
-        self.pause_now = None   # start of the pause in progress
-        self.fork_now = None    # start of the fork in progress
+        self.now = {"pause": None, "fork": None}    # start of the one in progress
         self.sentinel_rounds = 0
         self.fork_results = []
         self.threads = []
@@ -460,17 +460,15 @@ class Mix:
             # Every pause is timed, a storm's or not: one under way when a
             # sentinel round starts (a collection frees what it finds
             # queued, late under TSan) holds its objects as well.
-            self.pause_now = t = time.monotonic()
-            if op == "frames":
-                sys._current_frames()   # waits for the slowest attached thread
-            elif op == "collect":
-                gc.collect()
-            else:
-                threading.settrace_all_threads(tracer)
-                time.sleep(0.001)
-                threading.settrace_all_threads(None)
-            self.pauses.append((t, time.monotonic()))
-            self.pause_now = None
+            with self.stopping("pause"):
+                if op == "frames":
+                    sys._current_frames()   # waits for the slowest attached thread
+                elif op == "collect":
+                    gc.collect()
+                else:
+                    threading.settrace_all_threads(tracer)
+                    time.sleep(0.001)
+                    threading.settrace_all_threads(None)
             if not storm:
                 self.counts["pause_" + op] += 1
                 time.sleep(rng.uniform(0, 0.004))
@@ -533,10 +531,18 @@ class Mix:
                     self.seen_late += 1
             wake.set()
 
+    @contextlib.contextmanager
+    def stopping(self, kind):
+        """Time a pause or a fork: in progress in self.now, then in self.pauses."""
+        self.now[kind] = t = time.monotonic()
+        yield
+        self.pauses.append((t, time.monotonic()))
+        self.now[kind] = None
+
     def held_stopped(self, start, now):
         """Seconds of [start, now] in the pauses and forks of over 0.1 s."""
         pauses = list(self.pauses)
-        for began in (self.pause_now, self.fork_now):
+        for began in self.now.values():
             if began is not None and all(b != began for b, _ in pauses):
                 pauses.append((began, now))
         held, end = 0.0, start      # a fork and a pause may overlap: their union
@@ -560,12 +566,10 @@ class Mix:
             del mine, theirs
             # os.fork() stops the world (for 0.9 s seen under ASan): the
             # sentinel does not count that time, as with the pausers' pauses.
-            self.fork_now = t = time.monotonic()
-            pid = os.fork()
-            if pid == 0:
-                os._exit(fork_child(self.seed + idx, box))
-            self.pauses.append((t, time.monotonic()))
-            self.fork_now = None
+            with self.stopping("fork"):
+                pid = os.fork()
+                if pid == 0:
+                    os._exit(fork_child(self.seed + idx, box))
             box.clear()
             self.fork_results.append(wait_pid(pid, 30, "fork child (seed %d)" % (self.seed + idx)))
             self.counts["forks"] += 1
