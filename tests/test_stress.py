@@ -218,7 +218,7 @@ def test_mix(flavour):
 
 
 # A leak of plain objects, that no finalizer counts: the owners keep every
-# container's payload list.  The memory check must name it, and only it.
+# container's payload list.  The memory check must fail on it, and pass without it.
 LEAK = """
 import runpy, sys
 mix = runpy.run_path(sys.argv[1], run_name="mix_leak")
