@@ -239,6 +239,11 @@ print(r["blocks_left"], r["failures"])
 @pytest.mark.parametrize("mode", ["leak", "none"])
 def test_mix_memory_check(mode):
     python = dist_python(MIX_FLAVOURS[0])
+    counted = subprocess.run([str(python), "-c", "import sys; print(sys.getallocatedblocks())"],
+                             capture_output=True, text=True).stdout.strip()
+    if counted == "0":
+        pytest.skip("%s allocates with malloc (ASan), which counts no blocks: the mix"
+                    " does not judge memory there" % MIX_FLAVOURS[0])
     cmd = [str(python), "-c", LEAK, str(MIX), mode]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=150,
                        stdin=subprocess.DEVNULL, cwd=str(ROOT))
