@@ -88,8 +88,8 @@ sys._brc_stats() that does not balance or still has objects queued, more
 than LEAK_BLOCKS live allocator blocks at the end than at its start.  RSS is
 reported, not judged: mimalloc keeps freed pages (an exited thread's for
 good, on stock ft too), so RSS cannot tell a leak from them.  Under ASan
-(malloc, which counts no blocks) memory is not judged, and the run says so.  A child
-that outlives its deadline has every thread's Python stack dumped
+(malloc, which counts no blocks) memory is not judged, and the run says so.
+A child that outlives its deadline has every thread's Python stack dumped
 (faulthandler, SIGUSR2) and, where gdb is installed, its C stacks; then it
 is killed.  Every failure names the seed and the command that replays it.
 """
@@ -732,7 +732,7 @@ def child_main(seed, seconds, daemon_exit, forks=True, judge_memory=True):
             "left_behind": mix.left_behind, "late": mix.late, "held": mix.held_rounds,
             "seen_late": mix.seen_late,
             "sentinel_rounds": mix.sentinel_rounds,
-            "rss_warm_mib": round(warm), "rss_end_mib": round(end), "blocks_left": leaked,
+            "rss_warm_mib": round(warm), "rss_end_mib": round(end), "blocks_left": leaked if blocks else None,
             "brc_stats": stats,
             "counts": dict(mix.counts)}
 
