@@ -77,8 +77,9 @@ What it checks (exit status 0 only if all hold)
 * Every shutdown run exited 0 within its timeout, printed its report and
   wrote nothing to stderr (no "Fatal Python error", assertion, traceback).
 * Where sys._brc_stats() exists: nothing is queued at the end (enqueued is
-  the sum of merged_* and queue_length by construction since 0017).  Whether merges on behalf actually happened is reported
-  (brc_stats_delta) and judged by tests/test_stress.py, not here.
+  the sum of merged_* and queue_length by construction since 0017).
+  Whether merges on behalf actually happened is reported (brc_stats_delta)
+  and judged by tests/test_stress.py, not here.
 * faulthandler.dump_traceback_later(--watchdog, exit=True) dumps every
   thread's traceback and exits non-zero if the whole run hangs; every join
   has a timeout.  `kill -USR2 <pid>` dumps all tracebacks of a running (or
@@ -1604,7 +1605,7 @@ def brc_accounting(stats_before, stats_after, hung, failures):
     accounting = {"enqueued": stats_after["enqueued"], "merged": merged,
                   "queue_length": stats_after["queue_length"],
                   "ok": stats_after["queue_length"] == 0}
-    if stats_after["queue_length"] and not hung:
+    if not accounting["ok"] and not hung:
         failures.append("%d objects still queued at the end" % stats_after["queue_length"])
     return delta, accounting
 

@@ -85,10 +85,10 @@ reported with its counts, not judged.
 
 A child fails on: an object finalised twice or never, a callback missing,
 an exception in a thread, a fork child that fails or outlives its deadline,
-sys._brc_stats() that still has objects queued, more
-than LEAK_BLOCKS live allocator blocks at the end than at its start.  RSS is
-reported, not judged: mimalloc keeps freed pages (an exited thread's for
-good, on stock ft too), so RSS cannot tell a leak from them.  Under ASan
+sys._brc_stats() that still has objects queued, more than LEAK_BLOCKS live
+allocator blocks at the end than at its start.  RSS is reported, not
+judged: mimalloc keeps freed pages (an exited thread's for good, on stock
+ft too), so RSS cannot tell a leak from them.  Under ASan
 (malloc, which counts no blocks) memory is not judged, and the run says so.
 A child that outlives its deadline has every thread's Python stack dumped
 (faulthandler, SIGUSR2) and, where gdb is installed, its C stacks; then it
